@@ -1,0 +1,4 @@
+from kernel_advisor.cli import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,17 @@
+"""Analyze a freshly attributed op table: costs, ceilings, roofline verdicts, coverage."""
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+
+from kernel_advisor.analyze.ceilings import resolve_ceilings
+from kernel_advisor.analyze.roofline import classify, coverage
+
+
+def analyze_ops(ops: pd.DataFrame, meta: dict) -> tuple[pd.DataFrame, dict, dict]:
+    """(ops with analyze columns, ceilings as recorded in run.json, coverage)."""
+    device = meta["device"]
+    ceilings = resolve_ceilings(device["name"], device.get("driver", ""), device_type=device["type"])
+    analyzed = classify(ops, ceilings, meta)
+    return analyzed, dataclasses.asdict(ceilings), coverage(analyzed)

@@ -1,0 +1,28 @@
+"""Two consoles: results to stdout, diagnostics (progress, warnings) to stderr."""
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+out = Console(soft_wrap=False)
+err = Console(stderr=True)
+
+
+def warn(message: str) -> None:
+    print(f"advisor: warning: {message}", file=sys.stderr, flush=True)
+
+
+def step_progress(enabled: bool = True):
+    """A rich progress bar on stderr, and the callback the collect layer reports to."""
+    progress = Progress(TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=err, transient=True, disable=not enabled)
+    tasks: dict[str, int] = {}
+
+    def report(phase: str, done: int, total: int) -> None:
+        if phase not in tasks:
+            tasks[phase] = progress.add_task(phase, total=total)
+        progress.update(tasks[phase], completed=done)
+
+    return progress, report

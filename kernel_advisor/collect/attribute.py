@@ -1,0 +1,288 @@
+"""Attribute every microsecond of device time to the op users recognise.
+
+A GPU kernel belongs to the outermost recognisable op above the CPU op that launched it
+(`aten::linear` → `aten::addmm` → cuBLAS kernel is one `aten::linear` occurrence). Kernels
+whose launcher has no recognisable op above it (Inductor's `triton_*`, extensions) or that
+have no launcher at all (NCCL, stray work) become rows named after the kernel. Each GPU
+event in the profiled steps goes to exactly one occurrence, so the rows add up to the
+total device time. On CPU, "device time" is the self time of each CPU op, rolled up the
+same way.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from kernel_advisor.collect.nesting import innermost_region, nest_ops, self_time_us
+from kernel_advisor.collect.trace_reader import TraceData
+
+PROFILER_TYPES = {
+    "float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
+    "long int": "int64", "int": "int32", "short int": "int16", "signed char": "int8",
+    "unsigned char": "uint8", "bool": "bool", "Scalar": "scalar", "": "",
+    "c10::complex<float>": "complex64", "c10::complex<double>": "complex128",
+    "c10::Float8_e4m3fn": "float8_e4m3fn", "c10::Float8_e5m2": "float8_e5m2",
+}
+_STEP_RES = (re.compile(r"^advisor::step#(\d+)$"), re.compile(r"^ProfilerStep#(\d+)$"))
+# Namespaced ops a user recognises; autograd engine wrappers and profiler markers are not.
+_RECOGNISED = re.compile(r"^[A-Za-z_][\w.]*::\w")
+_NOT_RECOGNISED = ("autograd::", "torch::autograd::", "profiler::", "ProfilerStep")
+GPU_KIND = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+
+
+@dataclass(frozen=True)
+class Attribution:
+    ops: pd.DataFrame  # docs/architecture.md, "ops.csv columns (collect)"
+    sequence: pd.DataFrame
+    total_device_time_s: float
+    device_busy_s: float
+    step_wall_s: tuple[float, ...]  # trace-side duration of each profiled step
+    step_device_time_s: tuple[float, ...]
+
+
+def is_recognised(name: str) -> bool:
+    return bool(_RECOGNISED.match(name)) and not name.startswith(_NOT_RECOGNISED)
+
+
+def dtype_name(profiler_type: str) -> str:
+    return PROFILER_TYPES.get(profiler_type, profiler_type)
+
+
+def step_windows(trace: TraceData) -> pd.DataFrame:
+    """Profiled steps as [ts, end) windows: our own step ranges, else ProfilerStep#N, else all."""
+    ann = trace.annotations
+    for pattern in _STEP_RES:
+        hits = ann[ann["name"].str.match(pattern)] if len(ann) else ann
+        if len(hits):
+            out = pd.DataFrame({"ts_us": hits["ts_us"].to_numpy(float),
+                                "end_us": (hits["ts_us"] + hits["dur_us"]).to_numpy(float)})
+            return out.sort_values("ts_us").reset_index(drop=True)
+    events = [df for df in (trace.cpu_ops, trace.gpu) if len(df)]
+    if not events:
+        return pd.DataFrame({"ts_us": [], "end_us": []})
+    lo = min(float(df["ts_us"].min()) for df in events)
+    hi = max(float((df["ts_us"] + df["dur_us"]).max()) for df in events)
+    return pd.DataFrame({"ts_us": [lo], "end_us": [hi]})
+
+
+def assign_steps(ts_us: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
+    """Index of the step window containing each timestamp, -1 outside every step."""
+    starts, ends = steps["ts_us"].to_numpy(float), steps["end_us"].to_numpy(float)
+    idx = np.searchsorted(starts, ts_us, side="right") - 1
+    ok = (idx >= 0) & (ts_us < ends[np.clip(idx, 0, None)] if len(ends) else False)
+    return np.where(ok, idx, -1)
+
+
+def attribute(trace: TraceData, device_type: str) -> Attribution:
+    steps = step_windows(trace)
+    cpu = trace.cpu_ops.reset_index(drop=True)
+    cpu = cpu.assign(step=assign_steps(cpu["ts_us"].to_numpy(float), steps))
+    cpu = cpu[cpu["step"] >= 0].reset_index(drop=True)
+    recognised = np.fromiter((is_recognised(n) for n in cpu["name"]), bool, len(cpu))
+    parent, owner = nest_ops(cpu, recognised)
+    cpu = cpu.assign(owner=owner, region=innermost_region(cpu, trace.annotations, _is_step_name))
+    if device_type == "cpu":
+        occ, work = _cpu_work(cpu, parent)
+    else:
+        occ, work = _gpu_work(cpu, trace, steps)
+    return _summarise(occ, work, steps, device_type)
+
+
+def _is_step_name(name: str) -> bool:
+    return any(p.match(name) for p in _STEP_RES) or name.startswith("## Call CompiledFxGraph")
+
+
+def _cpu_work(cpu: pd.DataFrame, parent: np.ndarray):
+    """CPU: each op's self time goes to its owner, or to itself when it has none."""
+    self_us = self_time_us(cpu, parent)
+    owner = cpu["owner"].to_numpy()
+    target = np.where(owner >= 0, owner, np.arange(len(cpu)))
+    occ = _occurrences_from_cpu(cpu, np.unique(target))
+    work = pd.DataFrame({"occ_cpu": target, "dur_us": self_us, "name": "", "blocks": 0,
+                         "ts_us": cpu["ts_us"].to_numpy(float), "is_kernel": False})
+    return occ, work
+
+
+def _occurrences_from_cpu(cpu: pd.DataFrame, idx: np.ndarray, name=None, kind="op") -> pd.DataFrame:
+    rows = cpu.iloc[idx]
+    return pd.DataFrame({
+        "occ_cpu": idx, "name": rows["name"].to_numpy() if name is None else name, "kind": kind,
+        "input_dims": rows["input_dims"].to_numpy(), "input_types": rows["input_types"].to_numpy(),
+        "input_strides": rows["input_strides"].to_numpy(), "concrete": rows["concrete"].to_numpy(),
+        "kernel_file": rows["kernel_file"].to_numpy(), "step": rows["step"].to_numpy(),
+        "start_us": rows["ts_us"].to_numpy(float), "cpu_time_us": rows["dur_us"].to_numpy(float),
+        "region": rows["region"].to_numpy(),
+    })
+
+
+def _gpu_work(cpu: pd.DataFrame, trace: TraceData, steps: pd.DataFrame):
+    gpu = trace.gpu.reset_index(drop=True)
+    launcher = _launchers(cpu, gpu, trace.runtime)
+    in_step = np.where(launcher >= 0, cpu["step"].to_numpy()[np.clip(launcher, 0, None)] if len(cpu) else -1,
+                       assign_steps(gpu["ts_us"].to_numpy(float), steps))
+    keep = in_step >= 0
+    gpu, launcher = gpu[keep].reset_index(drop=True), launcher[keep]
+    owner = np.where(launcher >= 0, cpu["owner"].to_numpy()[np.clip(launcher, 0, None)] if len(cpu) else -1, -1)
+    owned = owner >= 0
+    # Owners that launched nothing (views, CPU-side ops) still belong in the op sequence.
+    owners = np.unique(np.concatenate([cpu["owner"].to_numpy()[cpu["owner"].to_numpy() >= 0], owner[owned]]))
+    occ_owned = _occurrences_from_cpu(cpu, owners)
+    occ_named, occ_key = _kernel_named_occurrences(cpu, gpu, launcher, owned, in_step[keep])
+    occ = pd.concat([occ_owned, occ_named], ignore_index=True)
+    work = pd.DataFrame({"occ_cpu": np.where(owned, owner, occ_key), "dur_us": gpu["dur_us"].to_numpy(float),
+                         "name": gpu["name"].to_numpy(), "blocks": gpu["blocks"].to_numpy(),
+                         "ts_us": gpu["ts_us"].to_numpy(float), "is_kernel": True,
+                         "end_us": (gpu["ts_us"] + gpu["dur_us"]).to_numpy(float)})
+    return occ, work
+
+
+def _kernel_named_occurrences(cpu, gpu, launcher, owned, step):
+    """Rows named after the kernel: one occurrence per launching CPU event, or per event."""
+    n_cpu = len(cpu)
+    unowned = np.flatnonzero(~owned)
+    # Key space: CPU index for a launcher, n_cpu + gpu index for launcher-less events.
+    key = np.full(len(gpu), -1, dtype=np.int64)
+    key[unowned] = np.where(launcher[unowned] >= 0, launcher[unowned], n_cpu + unowned)
+    if not len(unowned):
+        return pd.DataFrame(columns=["occ_cpu"]), key
+    first = pd.DataFrame({"key": key[unowned], "g": unowned}).drop_duplicates("key")
+    g = first["g"].to_numpy()
+    lch = launcher[g]
+    cat = gpu["cat"].to_numpy()[g]
+    occ = pd.DataFrame({
+        "occ_cpu": first["key"].to_numpy(), "name": gpu["name"].to_numpy()[g],
+        "kind": [GPU_KIND.get(c, "kernel") for c in cat],
+        "input_dims": _from_cpu(cpu, lch, "input_dims", ""), "input_types": _from_cpu(cpu, lch, "input_types", ""),
+        "input_strides": _from_cpu(cpu, lch, "input_strides", ""), "concrete": _from_cpu(cpu, lch, "concrete", ""),
+        "kernel_file": _from_cpu(cpu, lch, "kernel_file", ""), "step": step[g],
+        "start_us": np.where(lch >= 0, _from_cpu(cpu, lch, "ts_us", 0.0), gpu["ts_us"].to_numpy(float)[g]),
+        "cpu_time_us": _from_cpu(cpu, lch, "dur_us", 0.0), "region": _from_cpu(cpu, lch, "region", ""),
+    })
+    return occ, key
+
+
+def _from_cpu(cpu: pd.DataFrame, idx: np.ndarray, col: str, default):
+    values = cpu[col].to_numpy()
+    return np.array([values[i] if i >= 0 else default for i in idx], dtype=object if isinstance(default, str) else float)
+
+
+def _launchers(cpu: pd.DataFrame, gpu: pd.DataFrame, runtime: pd.DataFrame) -> np.ndarray:
+    """CPU-op index that launched each GPU event (-1 when none is known).
+
+    The kernel's External id names the innermost op active at launch; when a trace lacks
+    it, the runtime call with the same correlation id gives it instead.
+    """
+    ext_to_cpu = pd.Series(np.arange(len(cpu)), index=cpu["ext_id"].to_numpy())
+    ext_to_cpu = ext_to_cpu[~ext_to_cpu.index.duplicated()]
+    ext = gpu["ext_id"].to_numpy()
+    if len(runtime) and (ext < 0).any():
+        corr_to_ext = pd.Series(runtime["ext_id"].to_numpy(), index=runtime["correlation"].to_numpy())
+        corr_to_ext = corr_to_ext[~corr_to_ext.index.duplicated()]
+        via_rt = corr_to_ext.reindex(gpu["correlation"].to_numpy()).fillna(-1).to_numpy(np.int64)
+        ext = np.where(ext >= 0, ext, via_rt)
+    found = ext_to_cpu.reindex(ext).to_numpy()
+    return np.where(np.isnan(found), -1, found).astype(np.int64)
+
+
+def _summarise(occ: pd.DataFrame, work: pd.DataFrame, steps: pd.DataFrame, device_type: str) -> Attribution:
+    occ = occ.sort_values(["start_us", "occ_cpu"], kind="stable").reset_index(drop=True)
+    occ["seq"] = np.arange(len(occ))
+    occ["step"] = occ["step"].astype(np.int64)
+    occ["input_dtypes"] = [_dtypes(t) for t in occ["input_types"]]
+    occ["dev_us"] = occ["occ_cpu"].map(work.groupby("occ_cpu")["dur_us"].sum()).fillna(0.0).to_numpy()
+    keys = ["name", "kind", "input_dims", "input_dtypes"]
+    occ["row_id"] = occ.groupby(keys, sort=False, dropna=False).ngroup()
+    n_steps = max(len(steps), 1)
+    total_us = float(work["dur_us"].sum())
+    ops = _rows(occ, work, keys, n_steps, total_us)
+    sequence = pd.DataFrame({
+        "seq": occ["seq"], "step": occ["step"], "name": occ["name"], "row_id": occ["row_id"],
+        "input_shapes": occ["input_dims"].map(_json_or_empty), "input_dtypes": occ["input_dtypes"],
+        "device_time_s": occ["dev_us"] * 1e-6, "start_us": occ["start_us"], "region": occ["region"],
+    })
+    wall = tuple(((steps["end_us"] - steps["ts_us"]) * 1e-6).tolist())
+    per_step = _per_step_device_s(occ, n_steps)
+    busy_s = _busy_s(work) if device_type != "cpu" else total_us * 1e-6
+    return Attribution(ops=ops, sequence=sequence, total_device_time_s=total_us * 1e-6,
+                       device_busy_s=busy_s, step_wall_s=wall, step_device_time_s=per_step)
+
+
+def _rows(occ, work, keys, n_steps, total_us) -> pd.DataFrame:
+    g = occ.groupby("row_id", sort=True)
+    first = g.first()
+    dev_us = g["dev_us"].sum()
+    calls = g.size()
+    ops = pd.DataFrame({
+        "name": first["name"], "kind": first["kind"],
+        "input_shapes": first["input_dims"].map(_json_or_empty),
+        "input_dtypes": first["input_dtypes"], "input_strides": first["input_strides"].map(_json_or_empty),
+        "concrete_inputs": first["concrete"].map(_json_or_empty), "calls": calls,
+        "device_time_s": dev_us * 1e-6, "device_time_per_step_s": dev_us * 1e-6 / n_steps,
+        "mean_device_time_s": dev_us * 1e-6 / calls,
+        "share_pct": (100.0 * dev_us / total_us) if total_us > 0 else 0.0 * dev_us,
+        "cpu_time_s": g["cpu_time_us"].sum() * 1e-6,
+    })
+    ops = ops.join(_kernel_stats(occ, work))
+    ops["kernels"] = ops["kernels"].where(ops["kernels"].notna(), "[]")
+    for col in ("kernel_count", "max_blocks"):
+        ops[col] = ops[col].fillna(0).astype(np.int64)
+    ops["mean_kernel_s"] = np.where(ops["kernel_count"] > 0,
+                                    ops["device_time_s"] / ops["kernel_count"].clip(lower=1), 0.0)
+    ops["first_seq"] = g["seq"].min()
+    ops["region"] = first["region"]
+    ops["kernel_file"] = first["kernel_file"]
+    ops = ops.rename_axis("row_id").reset_index()
+    return ops.sort_values("device_time_s", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _kernel_stats(occ: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
+    kernels = work[work["is_kernel"]]
+    if not len(kernels):
+        return pd.DataFrame(columns=["kernels", "kernel_count", "max_blocks"])
+    row_of = occ.set_index("occ_cpu")["row_id"]
+    k = kernels.assign(row_id=kernels["occ_cpu"].map(row_of).to_numpy())
+    per = k.groupby(["row_id", "name"]).agg(count=("dur_us", "size"), time_us=("dur_us", "sum"),
+                                           max_blocks=("blocks", "max")).reset_index()
+    per = per.sort_values(["row_id", "time_us"], ascending=[True, False])
+    lists = per.groupby("row_id").apply(_kernel_list, include_groups=False)
+    totals = per.groupby("row_id").agg(kernel_count=("count", "sum"), max_blocks=("max_blocks", "max"))
+    return totals.assign(kernels=lists)
+
+
+def _kernel_list(df: pd.DataFrame) -> str:
+    return json.dumps([{"name": n, "count": int(c), "time_s": float(t) * 1e-6, "max_blocks": int(b)}
+                       for n, c, t, b in zip(df["name"], df["count"], df["time_us"], df["max_blocks"])])
+
+
+def _per_step_device_s(occ: pd.DataFrame, n_steps: int) -> tuple[float, ...]:
+    per = occ.groupby("step")["dev_us"].sum()
+    return tuple(float(per.get(i, 0.0)) * 1e-6 for i in range(n_steps))
+
+
+def _busy_s(work: pd.DataFrame) -> float:
+    """Union of GPU busy intervals: overlapping streams are counted once."""
+    if not len(work):
+        return 0.0
+    order = np.argsort(work["ts_us"].to_numpy())
+    starts = work["ts_us"].to_numpy()[order]
+    ends = work["end_us"].to_numpy()[order]
+    run_end = np.maximum.accumulate(ends)
+    new_block = np.concatenate([[True], starts[1:] > run_end[:-1]])
+    block_id = np.cumsum(new_block) - 1
+    block_start = starts[new_block]
+    block_end = pd.Series(run_end).groupby(block_id).max().to_numpy()
+    return float((block_end - block_start).sum()) * 1e-6
+
+
+def _dtypes(types_json: str) -> str:
+    if not types_json:
+        return "[]"
+    return json.dumps([dtype_name(t) if isinstance(t, str) else t for t in json.loads(types_json)])
+
+
+def _json_or_empty(text: str) -> str:
+    return text if text else "[]"

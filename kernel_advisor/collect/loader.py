@@ -1,0 +1,236 @@
+"""Load a user's model file: KernelBench convention or an `--entry` function.
+
+The model file is Python the user runs on purpose (docs/trust.md): we import it like any
+script. Everything that can go wrong in it is reported as one UserInputError naming the
+file, the line in *their* code and the fix.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import traceback
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+import torch
+
+from kernel_advisor.collect.tree import map_tensors, tensor_leaves
+from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
+
+DTYPES = {"keep": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to run: module on its device, inputs drawn, and how to draw more."""
+
+    path: Path
+    sha256: str
+    entry: str | None
+    module: ModuleType
+    model: torch.nn.Module | Callable
+    inputs: list
+    loss_fn: Callable[[Any], torch.Tensor] | None
+    device: torch.device
+    dtype: torch.dtype | None
+    make_inputs: Callable[[int], list]  # seed -> a fresh draw of inputs, on device and cast
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise EnvironmentCapabilityError(
+            "--device cuda was asked for but no CUDA device is visible",
+            "run on a machine with a GPU, or use --device cpu")
+    if device not in ("cpu", "cuda"):
+        raise UserInputError(f"unknown device '{device}'", "use auto, cuda or cpu")
+    return torch.device(device)
+
+
+def load_model(path: str | Path, entry: str | None = None, device: str = "auto",
+               dtype: str = "keep", seed: int = 0) -> LoadedModel:
+    path = _check_path(Path(path))
+    if dtype not in DTYPES:
+        raise UserInputError(f"unknown dtype '{dtype}'", f"use one of {', '.join(DTYPES)}")
+    dev = resolve_device(device)
+    cast = DTYPES[dtype]
+    module = import_model_file(path)
+    make_model_and_inputs = _entry_factory(module, path, entry)
+    torch.manual_seed(seed)
+    model, raw_inputs = make_model_and_inputs()
+    model = _place_model(model, dev, cast, path)
+
+    def make_inputs(draw_seed: int) -> list:
+        torch.manual_seed(draw_seed)
+        _, fresh = make_model_and_inputs(inputs_only=True)
+        return _place_inputs(fresh, dev, cast, path)
+
+    inputs = _place_inputs(raw_inputs, dev, cast, path)
+    loss_fn = getattr(module, "loss_fn", None)
+    if loss_fn is not None and not callable(loss_fn):
+        raise UserInputError(f"{path.name}: loss_fn is not callable", "define `def loss_fn(output): ...`")
+    return LoadedModel(path=path, sha256=file_sha256(path), entry=entry, module=module, model=model,
+                       inputs=inputs, loss_fn=loss_fn, device=dev, dtype=cast, make_inputs=make_inputs)
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _check_path(path: Path) -> Path:
+    if not path.exists():
+        raise UserInputError(f"model file {path} does not exist", "check the path")
+    if path.is_dir():
+        raise UserInputError(f"{path} is a directory, not a model file",
+                             "pass the .py file that defines Model and get_inputs()")
+    if path.suffix != ".py":
+        raise UserInputError(f"{path} is not a Python file",
+                             "pass a .py file that defines Model and get_inputs()")
+    return path.resolve()
+
+
+def import_model_file(path: Path) -> ModuleType:
+    name = f"advisor_model_{path.stem}_{uuid.uuid4().hex[:8]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look the module up by name
+    try:
+        source = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserInputError(f"{path.name} is not a text Python file",
+                             "pass a .py source file") from None
+    try:
+        code = compile(source, str(path), "exec")
+    except SyntaxError as e:
+        raise UserInputError(f"{path.name}:{e.lineno}: syntax error: {e.msg}",
+                             "fix the model file so `python FILE` runs") from None
+    try:
+        exec(code, module.__dict__)  # noqa: S102 - running the user's model file is the point
+    except BaseException as e:  # noqa: BLE001 - includes SystemExit from a script's main()
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        raise user_code_error(path, "importing the model file", e) from e
+    return module
+
+
+def user_code_error(path: Path, doing: str, exc: BaseException) -> UserInputError:
+    """An error raised in the user's code, located at their innermost frame in their file."""
+    frame = _innermost_user_frame(path, exc)
+    where = f"{path.name}:{frame.lineno} in {frame.name}" if frame else path.name
+    msg = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+    fix = "fix the model file (rerun with --debug for the full traceback)"
+    if isinstance(exc, ModuleNotFoundError):
+        fix = f"install the missing module '{exc.name}' or remove the import"
+    return UserInputError(f"{where}: {msg} (while {doing})", fix)
+
+
+def _innermost_user_frame(path: Path, exc: BaseException):
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]
+    return frames[-1] if frames else None
+
+
+def _entry_factory(module: ModuleType, path: Path, entry: str | None):
+    if entry is not None:
+        return _entry_function_factory(module, path, entry)
+    return _kernelbench_factory(module, path)
+
+
+def _entry_function_factory(module: ModuleType, path: Path, entry: str):
+    fn = getattr(module, entry, None)
+    if fn is None or not callable(fn):
+        raise UserInputError(f"{path.name} has no function '{entry}'",
+                             f"define `def {entry}(): return model, inputs` or drop --entry")
+
+    def factory(inputs_only: bool = False):
+        result = _call_user(path, f"calling {entry}()", fn)
+        if not (isinstance(result, (tuple, list)) and len(result) == 2):
+            raise UserInputError(f"{path.name}: {entry}() must return (model, inputs)",
+                                 f"return a pair: `return model, [x, ...]` from {entry}()")
+        model, inputs = result
+        return model, _as_input_list(path, inputs, f"{entry}()")
+
+    return factory
+
+
+def _kernelbench_factory(module: ModuleType, path: Path):
+    model_cls = getattr(module, "Model", None)
+    get_inputs = getattr(module, "get_inputs", None)
+    if model_cls is None:
+        raise UserInputError(f"{path.name} defines no `Model` class",
+                             "define `class Model(nn.Module)` and `get_inputs()`, or pass --entry FUNCTION")
+    if get_inputs is None or not callable(get_inputs):
+        raise UserInputError(f"{path.name} defines Model but no get_inputs()",
+                             "add `def get_inputs(): return [torch.randn(...)]`")
+    get_init = getattr(module, "get_init_inputs", None)
+
+    def factory(inputs_only: bool = False):
+        model = None
+        if not inputs_only:
+            init = _call_user(path, "calling get_init_inputs()", get_init) if get_init else []
+            init = list(init) if isinstance(init, (list, tuple)) else [init]
+            model = _call_user(path, "constructing Model", model_cls, *init)
+        inputs = _call_user(path, "calling get_inputs()", get_inputs)
+        return model, _as_input_list(path, inputs, "get_inputs()")
+
+    return factory
+
+
+def _call_user(path: Path, doing: str, fn: Callable, *args):
+    try:
+        return fn(*args)
+    except BaseException as e:  # noqa: BLE001
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        if isinstance(e, torch.OutOfMemoryError):
+            raise out_of_memory_error(doing) from e
+        raise user_code_error(path, doing, e) from e
+
+
+def out_of_memory_error(doing: str) -> EnvironmentCapabilityError:
+    return EnvironmentCapabilityError(
+        f"the device ran out of memory while {doing}",
+        "use smaller inputs in get_inputs() or --dtype bfloat16")
+
+
+def _as_input_list(path: Path, inputs: Any, what: str) -> list:
+    if isinstance(inputs, torch.Tensor):
+        inputs = [inputs]
+    if not isinstance(inputs, (list, tuple)):
+        raise UserInputError(f"{path.name}: {what} returned {type(inputs).__name__}, not a list",
+                             f"return a list of tensors from {what}")
+    if not tensor_leaves(list(inputs)):
+        raise UserInputError(f"{path.name}: {what} returned no tensors",
+                             f"return at least one torch.Tensor from {what}")
+    return list(inputs)
+
+
+def _place_model(model: Any, dev: torch.device, cast: torch.dtype | None, path: Path):
+    if not callable(model):
+        raise UserInputError(f"{path.name}: the model is a {type(model).__name__}, not callable",
+                             "return an nn.Module (or a callable) as the model")
+    if isinstance(model, torch.nn.Module):
+        try:
+            model = model.to(dev)
+            if cast is not None:
+                model = model.to(cast)
+        except torch.OutOfMemoryError as e:
+            raise out_of_memory_error("moving the model to the device") from e
+    return model
+
+
+def _place_inputs(inputs: list, dev: torch.device, cast: torch.dtype | None, path: Path) -> list:
+    def place(t: torch.Tensor) -> torch.Tensor:
+        t = t.to(dev)
+        if cast is not None and t.is_floating_point():
+            t = t.to(cast)
+        return t
+
+    try:
+        return map_tensors(inputs, place)
+    except torch.OutOfMemoryError as e:
+        raise out_of_memory_error("moving the inputs to the device") from e

@@ -1,0 +1,138 @@
+"""Run the model under torch.profiler: warm-up outside, then profiled steps.
+
+Warm-up steps run before the profiler exists, so torch.compile, lazy initialisation and
+cuDNN autotuning never show up as hotspots. The same number of steps is also timed without
+the profiler, and the ratio of medians is the profiler's overhead.
+"""
+from __future__ import annotations
+
+import resource
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.collect.nvtx_ranges import nvtx_range
+from kernel_advisor.collect.runner import make_step, nonfinite_outputs
+from kernel_advisor.errors import UserInputError
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+
+@dataclass(frozen=True)
+class Capture:
+    trace_path: Path
+    step_wall_s: tuple[float, ...]
+    unprofiled_step_wall_s: tuple[float, ...]
+    profiler_overhead_ratio: float
+    peak_memory_bytes: int
+    peak_memory_kind: str  # "cuda_max_allocated" or "process_max_rss"
+    nonfinite_outputs: tuple[str, ...]
+
+
+def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Path,
+            progress: Progress | None = None) -> Capture:
+    validate_counts(warmup, steps)
+    step = make_step(loaded, mode)
+    report = progress or (lambda phase, done, total: None)
+    sync = _synchronizer(loaded.device)
+    nonfinite = _warm_up(step, warmup, sync, report)
+    unprofiled = _timed_steps(step, steps, sync, report)
+    if loaded.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(loaded.device)
+    trace_path = workdir / "trace.json"
+    profiled = _profiled_steps(step, steps, sync, trace_path, loaded.device, report)
+    if not trace_path.is_file():
+        raise RuntimeError("torch.profiler produced no trace")
+    ratio = statistics.median(profiled) / max(statistics.median(unprofiled), 1e-12)
+    peak, kind = _peak_memory(loaded.device)
+    return Capture(trace_path=trace_path, step_wall_s=tuple(profiled), unprofiled_step_wall_s=tuple(unprofiled),
+                   profiler_overhead_ratio=ratio, peak_memory_bytes=peak, peak_memory_kind=kind,
+                   nonfinite_outputs=tuple(nonfinite))
+
+
+def validate_counts(warmup: int, steps: int) -> None:
+    if steps < 1:
+        raise UserInputError(f"--steps must be at least 1 (got {steps})", "use --steps 5, for example")
+    if warmup < 0:
+        raise UserInputError(f"--warmup cannot be negative (got {warmup})", "use --warmup 3, for example")
+
+
+def _synchronizer(dev: torch.device) -> Callable[[], None]:
+    if dev.type == "cuda":
+        return lambda: torch.cuda.synchronize(dev)
+    return lambda: None
+
+
+def _warm_up(step, warmup: int, sync, report: Progress) -> list[str]:
+    nonfinite: list[str] = []
+    with nvtx_range("advisor/warmup"):
+        # One step always runs first so NaN outputs are caught even with --warmup 0.
+        for i in range(max(warmup, 1)):
+            out = step()
+            sync()
+            if i == 0:
+                nonfinite = nonfinite_outputs(out)
+            report("warm-up", i + 1, max(warmup, 1))
+    return nonfinite
+
+
+def _timed_steps(step, steps: int, sync, report: Progress) -> list[float]:
+    walls = []
+    with nvtx_range("advisor/unprofiled"):
+        for i in range(steps):
+            walls.append(_one_timed(step, sync))
+            report("timing without profiler", i + 1, steps)
+    return walls
+
+
+def _one_timed(step, sync) -> float:
+    t0 = time.perf_counter()
+    step()
+    sync()
+    return time.perf_counter() - t0
+
+
+def _profiled_steps(step, steps: int, sync, trace_path: Path, dev: torch.device,
+                    report: Progress) -> list[float]:
+    activities = [ProfilerActivity.CPU]
+    if dev.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    walls: list[float] = []
+    # The trace is exported from on_trace_ready: the profiler drops its events when the cycle ends.
+    with profile(activities=activities, record_shapes=True,
+                 schedule=schedule(wait=0, warmup=1, active=steps),
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path))) as prof:
+        for i in range(steps + 1):  # step 0 is the profiler's own warm-up, discarded
+            with nvtx_range(f"advisor/step#{i}"), record_function(f"advisor::step#{i}"):
+                wall = _one_timed(step, sync)
+            if i > 0:
+                walls.append(wall)
+                report("profiling", i, steps)
+            prof.step()
+    return walls
+
+
+def _peak_memory(dev: torch.device) -> tuple[int, str]:
+    if dev.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(dev)), "cuda_max_allocated"
+    # NB: process-wide peak RSS (Linux reports KiB), the closest CPU analogue.
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, "process_max_rss"
+
+
+def effective_dtype(loaded: LoadedModel) -> str:
+    """The floating dtype the model actually computes in (its first floating parameter or input)."""
+    model: Any = loaded.model
+    if isinstance(model, torch.nn.Module):
+        for p in model.parameters():
+            if p.is_floating_point():
+                return str(p.dtype).replace("torch.", "")
+    for t in loaded.inputs:
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            return str(t.dtype).replace("torch.", "")
+    return ""

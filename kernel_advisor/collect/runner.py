@@ -1,0 +1,80 @@
+"""One step of the user's model: inference (no_grad forward) or train (forward + backward)."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from kernel_advisor.collect.loader import LoadedModel, out_of_memory_error, user_code_error
+from kernel_advisor.collect.tree import tensor_leaves
+from kernel_advisor.errors import UserInputError
+
+MODES = ("inference", "train")
+
+
+def make_step(loaded: LoadedModel, mode: str) -> Callable[[], Any]:
+    """A zero-argument callable running one step and returning the model's output."""
+    if mode not in MODES:
+        raise UserInputError(f"unknown mode '{mode}'", "use --mode inference or --mode train")
+    model, inputs = loaded.model, loaded.inputs
+    if isinstance(model, torch.nn.Module):
+        model.train(mode == "train")
+
+    def inference_step():
+        with torch.no_grad():
+            return _call_forward(loaded, model, inputs)
+
+    def train_step():
+        if isinstance(model, torch.nn.Module):
+            model.zero_grad(set_to_none=True)
+        out = _call_forward(loaded, model, inputs)
+        loss = scalar_loss(loaded, out)
+        try:
+            loss.backward()
+        except torch.OutOfMemoryError as e:
+            raise out_of_memory_error("running backward") from e
+        except RuntimeError as e:
+            raise user_code_error(loaded.path, "running backward", e) from e
+        return out
+
+    return inference_step if mode == "inference" else train_step
+
+
+def _call_forward(loaded: LoadedModel, model, inputs):
+    try:
+        return model(*inputs)
+    except torch.OutOfMemoryError as e:
+        raise out_of_memory_error("running the forward pass") from e
+    except Exception as e:  # noqa: BLE001 - reported at the user's own frame
+        raise user_code_error(loaded.path, "running the forward pass", e) from e
+
+
+def scalar_loss(loaded: LoadedModel, output: Any) -> torch.Tensor:
+    """The file's loss_fn(output) if it has one, else the sum of every floating output."""
+    if loaded.loss_fn is not None:
+        try:
+            loss = loaded.loss_fn(output)
+        except Exception as e:  # noqa: BLE001
+            raise user_code_error(loaded.path, "calling loss_fn(output)", e) from e
+    else:
+        floats = [t for _, t in tensor_leaves(output) if t.is_floating_point() and t.requires_grad]
+        if not floats:
+            raise UserInputError(
+                f"{loaded.path.name}: --mode train needs a floating output that requires grad",
+                "define loss_fn(output) in the model file, or use --mode inference")
+        loss = sum(t.float().sum() for t in floats)
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        raise UserInputError(f"{loaded.path.name}: loss_fn must return a scalar tensor",
+                             "return e.g. output.sum() or a loss value from loss_fn")
+    return loss
+
+
+def nonfinite_outputs(output: Any) -> list[str]:
+    """Paths of floating outputs that contain NaN or Inf (warned about, not fatal)."""
+    bad = []
+    for path, t in tensor_leaves(output):
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            n_nan = int(torch.isnan(t).sum())
+            n_inf = int(torch.isinf(t).sum())
+            bad.append(f"{path} ({n_nan} NaN, {n_inf} Inf of {t.numel()})")
+    return bad

@@ -1,0 +1,56 @@
+"""Exit codes and the errors that map to them.
+
+Every command exits with one of these codes; `advisor --help` and docs/cli.md list them.
+An AdvisorError carries one line naming the problem and one naming the fix; the CLI
+prints both on stderr without a traceback (`--debug` shows it).
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    USER_INPUT = 1  # the model file, an option, a rules file or a run directory is wrong
+    ENVIRONMENT = 2  # this machine lacks something: GPU, triton, nvcc, capability
+    CORRECTNESS = 3  # try-kernel: a candidate failed the correctness gate
+    INTERNAL = 4  # a bug in kernel_advisor
+    GATE = 5  # recommend --fail-if-gain-above: the estimated gain is over the limit
+
+
+EXIT_CODE_HELP = (
+    "Exit codes: 0 success; 1 bad input (model file, option, rules, run dir); "
+    "2 environment or capability (no GPU, triton, nvcc); 3 correctness failure in "
+    "try-kernel; 4 internal error (please report, rerun with --debug); "
+    "5 recommend --fail-if-gain-above exceeded."
+)
+
+
+class AdvisorError(Exception):
+    """An error the user can act on: `problem` says what is wrong, `fix` what to do."""
+
+    exit_code: ExitCode = ExitCode.INTERNAL
+
+    def __init__(self, problem: str, fix: str = "") -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.fix = fix
+
+    def one_line(self) -> str:
+        return f"{self.problem} — {self.fix}" if self.fix else self.problem
+
+
+class UserInputError(AdvisorError):
+    exit_code = ExitCode.USER_INPUT
+
+
+class EnvironmentCapabilityError(AdvisorError):
+    exit_code = ExitCode.ENVIRONMENT
+
+
+class CorrectnessError(AdvisorError):
+    exit_code = ExitCode.CORRECTNESS
+
+
+class GateExceeded(AdvisorError):
+    exit_code = ExitCode.GATE

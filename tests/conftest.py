@@ -1,0 +1,34 @@
+"""Shared test setup: GPU tests skip without CUDA; Triton runs in its CPU interpreter."""
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    # Must be set before triton is imported anywhere.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def advisor_home(tmp_path, monkeypatch):
+    """Runs and `latest` go to a fresh directory; the working directory is tmp_path."""
+    home = tmp_path / ".advisor"
+    monkeypatch.setenv("ADVISOR_HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    return home
+
+
+@pytest.fixture
+def examples_dir():
+    return os.path.join(REPO, "examples")
