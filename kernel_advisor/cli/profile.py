@@ -10,6 +10,7 @@ import typer
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.collect.loader import load_model
+from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
 from kernel_advisor.collect.pipeline import profile_to_run
 from kernel_advisor.collect.profiler import validate_counts
 from kernel_advisor.collect.rundir import default_run_dir, load_run
@@ -51,7 +52,8 @@ def profile_cmd(
 ) -> None:
     """Profile MODEL on the device, attribute device time to ops, classify each hotspot on the roofline."""
     validate_counts(warmup, steps)
-    loaded = load_model(model, entry=entry, device=device.value, dtype=dtype.value, seed=seed)
+    with mirror_user_nvtx():  # @nvtx.annotate decorators are applied when the file is imported
+        loaded = load_model(model, entry=entry, device=device.value, dtype=dtype.value, seed=seed)
     run_dir = out if out is not None else default_run_dir(loaded.path.stem)
     args = {"device": loaded.device.type, "mode": mode.value, "dtype": dtype.value, "warmup": warmup,
             "steps": steps, "seed": seed, "entry": entry}

@@ -17,6 +17,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
 from kernel_advisor.collect.nvtx_ranges import nvtx_range
 from kernel_advisor.collect.runner import make_step, nonfinite_outputs
 from kernel_advisor.errors import UserInputError
@@ -41,12 +42,13 @@ def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Pa
     step = make_step(loaded, mode)
     report = progress or (lambda phase, done, total: None)
     sync = _synchronizer(loaded.device)
-    nonfinite = _warm_up(step, warmup, sync, report)
-    unprofiled = _timed_steps(step, steps, sync, report)
-    if loaded.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(loaded.device)
     trace_path = workdir / "trace.json"
-    profiled = _profiled_steps(step, steps, sync, trace_path, loaded.device, report)
+    with mirror_user_nvtx():
+        nonfinite = _warm_up(step, warmup, sync, report)
+        unprofiled = _timed_steps(step, steps, sync, report)
+        if loaded.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(loaded.device)
+        profiled = _profiled_steps(step, steps, sync, trace_path, loaded.device, report)
     if not trace_path.is_file():
         raise RuntimeError("torch.profiler produced no trace")
     ratio = statistics.median(profiled) / max(statistics.median(unprofiled), 1e-12)
