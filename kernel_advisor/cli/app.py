@@ -7,13 +7,15 @@ import sys
 import traceback
 from typing import Annotated, Callable, TypeVar
 
-import click
 import typer
 from typer.core import TyperGroup
 
 from kernel_advisor.errors import EXIT_CODE_HELP, AdvisorError, ExitCode
 
 F = TypeVar("F", bound=Callable)
+# Newer typer vendors its own click; take the classes from typer's own exceptions.
+UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+ClickExit = typer.Exit
 
 
 class AdvisorGroup(TyperGroup):
@@ -22,14 +24,14 @@ class AdvisorGroup(TyperGroup):
     def make_context(self, *args, **kwargs):
         try:
             return super().make_context(*args, **kwargs)
-        except click.UsageError as e:
+        except UsageError as e:
             e.exit_code = ExitCode.USER_INPUT
             raise
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except click.UsageError as e:
+        except UsageError as e:
             e.exit_code = ExitCode.USER_INPUT
             raise
 
@@ -72,7 +74,7 @@ def guarded(fn: F) -> F:
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (typer.Exit, click.exceptions.Exit, click.UsageError):
+        except (ClickExit, UsageError):
             raise
         except AdvisorError as e:
             if debug_enabled():

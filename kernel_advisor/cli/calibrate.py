@@ -1,0 +1,97 @@
+"""`advisor calibrate`: measure this machine's achievable ceilings and cache them."""
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kernel_advisor.analyze.calibrate import (
+    Calibration, calibrate, local_device_identity, read_calibration, resolve_device, write_cache,
+)
+from kernel_advisor.analyze.ceilings import (
+    Ceilings, cache_file, datasheet_ceilings, resolve_ceilings, spec_for,
+)
+from kernel_advisor.cli import console
+from kernel_advisor.cli.app import app, guarded
+from kernel_advisor.render.units import fmt_frac_pct, fmt_si, fmt_time_s
+
+
+class CalibrateDevice(str, Enum):
+    auto = "auto"
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+def _measure(device_type: str, show_progress: bool) -> Calibration:
+    columns = (TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console.err, transient=True,
+                  disable=not show_progress) as progress:
+        task = progress.add_task("calibrating", total=None)
+
+        def on_step(done: int, total: int, description: str) -> None:
+            progress.update(task, completed=done, total=total, description=description)
+
+        return calibrate(device_type, on_step=on_step)
+
+
+def _datasheet_rate(sheet: Ceilings | None, path: str | None) -> float | None:
+    if sheet is None:
+        return None
+    if path is None:
+        return sheet.bandwidth_bytes_per_s
+    return sheet.peak_flops_per_s[path] if path in sheet.native_paths else None
+
+
+def _table(cal: Calibration, sheet: Ceilings | None) -> Table:
+    m = cal.measured
+    table = Table(title=f"Achievable ceilings — {m.device_name} ({m.device_type}"
+                        f"{', driver ' + m.driver if m.driver else ''})")
+    for header in ("benchmark", "size", "median", "achieved", "datasheet", "% of sheet"):
+        table.add_column(header, no_wrap=True,
+                         justify="left" if header in ("benchmark", "size") else "right")
+    for step in cal.measurements:
+        unit = "B/s" if step.path is None else "FLOP/s"
+        sheet_rate = _datasheet_rate(sheet, step.path)
+        table.add_row(step.step, step.size, fmt_time_s(step.median_s),
+                      fmt_si(step.rate_per_s, unit), fmt_si(sheet_rate, unit),
+                      fmt_frac_pct(step.rate_per_s / sheet_rate if sheet_rate else None))
+    return table
+
+
+@app.command("calibrate")
+@guarded
+def calibrate_cmd(
+    device: Annotated[CalibrateDevice, typer.Option(help="What to measure; auto picks cuda when a GPU is visible.")] = CalibrateDevice.auto,
+    json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Measure again even when a cached calibration exists.")] = False,
+) -> None:
+    """Measure copy bandwidth and matmul FLOP/s per dtype; cache them for the roofline."""
+    device_type = resolve_device(device.value)
+    identity = local_device_identity(device_type)
+    path = cache_file(identity.name, identity.driver)
+    cal = None if force else read_calibration(identity.name, identity.driver)
+    from_cache = cal is not None
+    if cal is None:
+        cal = _measure(device_type, show_progress=not json_out)
+        path = write_cache(cal)
+    ceilings = resolve_ceilings(identity.name, identity.driver, device_type=device_type)
+    sheet = datasheet_ceilings(identity.name, device_type)
+    if json_out:
+        spec = spec_for(identity.name, device_type)
+        typer.echo(json.dumps({
+            "device": {"type": device_type, "name": identity.name, "driver": identity.driver},
+            "cache_file": str(path), "from_cache": from_cache, "calibration": cal.to_json(),
+            "ceilings": ceilings.to_dict(),
+            "datasheet": None if sheet is None else {"id": spec.id, "citation": spec.source,
+                                                     "ceilings": sheet.to_dict()},
+        }, indent=2))
+        return
+    if from_cache:
+        console.err.print(f"cached calibration from {cal.created}; --force measures again")
+    console.out.print(_table(cal, sheet))
+    console.out.print(f"ceilings: {ceilings.source}; cache: {path}")
