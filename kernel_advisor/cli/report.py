@@ -1,0 +1,29 @@
+"""`advisor report [RUN] -o report.html`: one self-contained HTML report of a run."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kernel_advisor.cli import console
+from kernel_advisor.cli.app import app, guarded
+from kernel_advisor.collect.rundir import load_run, resolve_run
+from kernel_advisor.render.html_report import DEFAULT_TOP, write_report
+
+
+@app.command("report")
+@guarded
+def report_cmd(
+    run: Annotated[Optional[Path], typer.Argument(help="Run directory (default: the latest run).")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="HTML file to write (default RUN/report.html).")] = None,
+    top: Annotated[int, typer.Option(help="Hotspot rows in the table.")] = DEFAULT_TOP,
+) -> None:
+    """Write one HTML file (no network needed) with the summary, ceilings, roofline, hotspots,
+    regions, recommendations and try-kernel results of a run."""
+    run_dir = resolve_run(run)
+    out = output if output is not None else run_dir / "report.html"
+    result = write_report(load_run(run_dir), out, top)
+    if result.chart_problem:
+        console.warn(f"the report has no roofline chart: {result.chart_problem}")
+    print(f"wrote {result.path}", flush=True)

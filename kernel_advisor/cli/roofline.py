@@ -1,0 +1,30 @@
+"""`advisor roofline [RUN] -o roofline.png|svg`: the run's roofline chart as an image."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kernel_advisor.cli.app import app, guarded
+from kernel_advisor.collect.rundir import load_run, resolve_run
+from kernel_advisor.errors import UserInputError
+from kernel_advisor.render.roofline_chart import caption, chart_format, draw_roofline, roofline_data, write_chart
+
+
+@app.command("roofline")
+@guarded
+def roofline_cmd(
+    run: Annotated[Optional[Path], typer.Argument(help="Run directory (default: the latest run).")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Image to write, .png or .svg (default RUN/roofline.png).")] = None,
+) -> None:
+    """Draw the device's roofs and every modelled hotspot (log-log; needs kernel_advisor[plot])."""
+    run_dir = resolve_run(run)
+    out = output if output is not None else run_dir / "roofline.png"
+    fmt = chart_format(out.suffix)  # before any work: a wrong name fails fast
+    if not out.parent.is_dir():
+        raise UserInputError(f"the directory {out.parent} does not exist", "create it or choose another -o")
+    loaded = load_run(run_dir)
+    data = roofline_data(loaded.ops, loaded.meta)
+    write_chart(draw_roofline(data, fmt), out)
+    print(f"wrote {out}: {caption(data)}", flush=True)

@@ -1,0 +1,230 @@
+"""Report sections for the files other commands add to a run: recommendations and try-kernel.
+
+The fields `advisor recommend` (render/recommend_render.py) and `advisor try-kernel`
+(trykernel/results.py) write get a layout of their own; any other field is still shown,
+as key/value rows, so a newer writer never loses information in an older report.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+
+from kernel_advisor.analyze.run_extras import Recommendation, TryKernelResults
+from kernel_advisor.render.report_sections import fmt_field, kv_table, median_or_none, missing, num_cell
+from kernel_advisor.render.report_template import Html, h, join
+from kernel_advisor.render.units import fmt_frac_pct, fmt_si, fmt_time_s
+
+CARDS_SHOWN = 10  # the rest are folded: a long tail of small wins should not bury the top ones
+_GOOD_STATUS = ("ok", "pass", "passed", "success", "faster", "correct", "baseline")
+_BAD_STATUS = ("fail", "failed", "error", "incorrect", "slower", "crashed", "timeout")
+# Recommendation fields laid out by the card itself; the rest go to its "more" table.
+_CARD_FIELDS = ("rank", "scope", "subject", "label", "row_ids", "gain_model", "gain_basis", "thresholds",
+                "command", "references", "caveats", "kernel_id", "row_gain_per_step_s")
+
+
+# ---------------------------------------------------------------- recommendations
+
+
+def _gain_text(rec: Recommendation, step_s: float | None) -> str:
+    parts = []
+    if rec.estimated_gain_s is not None:
+        per_step = "per_step" in (rec.gain_key or "")
+        parts.append(f"{fmt_time_s(rec.estimated_gain_s)}{'/step' if per_step else ''}")
+        frac = rec.estimated_gain_frac
+        if frac is None and per_step and step_s:
+            frac = rec.estimated_gain_s / step_s
+    else:
+        frac = rec.estimated_gain_frac
+    if frac is not None:
+        parts.append(f"{fmt_frac_pct(frac, 1)} of the step")
+    return "est. gain " + ", ".join(parts) if parts else "no gain estimate"
+
+
+def _thresholds(checks: Any) -> Html | None:
+    if not isinstance(checks, list) or not checks or not all(isinstance(c, dict) for c in checks):
+        return None
+    rows = [h("tr", h("td", h("code", c.get("key", ""))), h("td", fmt_field("expected", c.get("expected"))),
+              h("td", fmt_field(str(c.get("key", "")), c.get("actual"))),
+              h("td", "✓" if c.get("ok") else "✗")) for c in checks]
+    head = h("tr", h("th", "condition"), h("th", "wanted"), h("th", "found"), h("th", "held"))
+    return h("details", h("summary", "why it fired"), h("table", h("thead", head), h("tbody", rows)))
+
+
+def _evidence(evidence: Any) -> Html | None:
+    if evidence in (None, {}, []):
+        return None
+    if isinstance(evidence, dict):
+        body = kv_table(evidence)
+    elif isinstance(evidence, list) and all(isinstance(e, dict) for e in evidence):
+        body = join([kv_table(e) for e in evidence])
+    else:
+        body = h("p", fmt_field("evidence", evidence), class_="mono wrap")
+    return h("details", h("summary", "evidence"), body)
+
+
+def _text_list(values: Any, label: str) -> Html | None:
+    items = [v for v in values if v] if isinstance(values, list) else []
+    return h("div", h("span", label, class_="note"), h("ul", [h("li", str(v)) for v in items])) if items else None
+
+
+def _where(rec: Recommendation, names: Mapping[int, str]) -> Html:
+    ops = [f"{names[r]} (row {r})" for r in rec.row_ids if r in names]
+    label = rec.extra.get("label") or rec.extra.get("subject")
+    kernel = rec.extra.get("kernel_id")
+    return join([h("span", "rule "), h("code", rec.rule_id or "–"),
+                 h("span", f" · where: {label}") if label else None,
+                 h("span", " · ops: " + "; ".join(ops)) if ops else None,
+                 h("span", " · kernel: ") if kernel else None, h("code", kernel) if kernel else None])
+
+
+def _recommendation_card(rec: Recommendation, names: Mapping[int, str], step_s: float | None) -> Html:
+    basis = " — ".join(str(rec.extra[k]) for k in ("gain_model", "gain_basis") if rec.extra.get(k))
+    command = rec.extra.get("command")
+    more = {k: v for k, v in rec.extra.items() if k not in _CARD_FIELDS}
+    return h("article",
+             h("header", h("span", rec.tier or "–", class_="badge tier"), h("h3", rec.title),
+               h("span", _gain_text(rec, step_s), class_="gain")),
+             h("p", rec.message) if rec.message else None,
+             h("p", _where(rec, names), class_="note"),
+             h("p", f"gain model: {basis}", class_="note") if basis else None,
+             h("pre", h("code", command)) if command else None,
+             _text_list(rec.extra.get("caveats"), "caveats"),
+             _thresholds(rec.extra.get("thresholds")), _evidence(rec.evidence),
+             _text_list(rec.extra.get("references"), "references"),
+             h("details", h("summary", "more"), kv_table(more)) if more else None, class_="rec")
+
+
+def recommendations_section(recs: tuple[Recommendation, ...] | None, ops: pd.DataFrame,
+                            meta: Mapping[str, Any]) -> Html:
+    title = h("h2", "Recommendations")
+    if recs is None:
+        note = "No recommendations.json in this run: run `advisor recommend` on it, then render the report again."
+        return h("section", title, h("p", note, class_="note"), id="recommendations")
+    if not recs:
+        note = "`advisor recommend` found nothing worth recommending in this run."
+        return h("section", title, h("p", note, class_="note"), id="recommendations")
+    names = dict(zip(ops["row_id"].astype(int), ops["name"].astype(str))) if "row_id" in ops else {}
+    step_s = median_or_none(meta.get("unprofiled_step_wall_s")) or median_or_none(meta.get("step_wall_s"))
+    intro = f"{len(recs)} recommendation(s), in the order `advisor recommend` ranked them."
+    cards = [_recommendation_card(r, names, step_s) for r in recs]
+    rest = cards[CARDS_SHOWN:]
+    folded = h("details", h("summary", f"{len(rest)} more recommendation(s)"), rest) if rest else None
+    return h("section", title, h("p", intro, class_="note"), cards[:CARDS_SHOWN], folded, id="recommendations")
+
+
+# ---------------------------------------------------------------- try-kernel
+
+
+def status_badge(status: Any) -> Html:
+    word = str(status).strip().lower()
+    cls = "s-good" if word in _GOOD_STATUS else "s-bad" if word in _BAD_STATUS else "s-other"
+    return h("span", str(status), class_=f"badge {cls}")
+
+
+def _estimate(value: Any) -> tuple[float | None, float | None, float | None]:
+    """(value, low, high) from a number or an {"value", "low", "high"} mapping."""
+    if isinstance(value, dict):
+        return value.get("value"), value.get("low"), value.get("high")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value, None, None
+    return None, None, None
+
+
+def _with_range(value: Any, fmt: Callable[[float], str]) -> tuple[Any, str]:
+    mid, low, high = _estimate(value)
+    if mid is None:
+        return None, "–"
+    spread = f" [{fmt(low)}–{fmt(high)}]" if low is not None and high is not None else ""
+    return mid, fmt(mid) + spread
+
+
+def _dig(variant: Mapping[str, Any], *keys: str) -> Any:
+    for key in keys:
+        variant = variant.get(key) if isinstance(variant, dict) else None
+    return variant
+
+
+def _name(v: Mapping[str, Any]) -> tuple[Any, Html]:
+    kind = h("span", f" {v['kind']}", class_="note") if v.get("kind") else None
+    return v.get("name"), join([h("span", v.get("name", ""), class_="mono"), kind])
+
+
+def _status(v: Mapping[str, Any]) -> tuple[Any, Html]:
+    reason = h("div", v["reason"], class_="note") if v.get("reason") else None
+    return v.get("status"), join([status_badge(v["status"]) if v.get("status") else "–", reason])
+
+
+def _op_time(v: Mapping[str, Any]) -> tuple[Any, str]:
+    base, new = _dig(v, "op", "baseline_s"), _dig(v, "op", "variant_s")
+    if base is None or new is None:
+        return None, "–"
+    return new, f"{fmt_time_s(base)} → {fmt_time_s(new)}"
+
+
+def _gain_frac(key: str) -> Callable[[Mapping[str, Any]], tuple[Any, str]]:
+    return lambda v: (_dig(v, "prediction", key), fmt_frac_pct(_dig(v, "prediction", key), 1))
+
+
+def _gate(v: Mapping[str, Any]) -> tuple[Any, Html | str]:
+    gate = v.get("gate")
+    if not isinstance(gate, dict):
+        return None, "–"
+    err = gate.get("rel_err")
+    return err, join([status_badge(gate.get("status", "?")),
+                      f" rel. error {err:.2g}" if isinstance(err, (int, float)) else ""])
+
+
+def _field(key: str, fmt: Callable[[Any], str]) -> Callable[[Mapping[str, Any]], tuple[Any, str]]:
+    return lambda v: (v.get(key), fmt(v.get(key)))
+
+
+# (header, numeric, extractor → (sort value, cell)) for trykernel/results.py's VariantResult.
+VARIANT_COLUMNS: tuple[tuple[str, bool, Callable[[Mapping[str, Any]], tuple[Any, Any]]], ...] = (
+    ("variant", False, _name),
+    ("status", False, _status),
+    ("step time", True, lambda v: _with_range(v.get("step_s"), fmt_time_s)),
+    ("speedup", True, lambda v: _with_range(v.get("speedup"), lambda x: f"{x:.3g}×")),
+    ("verdict", False, _field("verdict", lambda x: x or "–")),
+    ("op time eager → variant", True, _op_time),
+    ("predicted gain", True, _gain_frac("predicted_gain_frac")),
+    ("measured gain", True, _gain_frac("measured_gain_frac")),
+    ("correctness gate", False, _gate),
+    ("peak memory", True, _field("peak_memory_bytes", lambda x: fmt_si(x, "B"))),
+    ("fallback calls", True, _field("fallback_calls", lambda x: fmt_field("n", x))),
+    ("warning", False, _field("suspect", lambda x: x or "")),
+)
+
+
+def _known_variant_table(variants: tuple[Mapping[str, Any], ...]) -> Html:
+    cells = [[extract(v) for _, _, extract in VARIANT_COLUMNS] for v in variants]
+    # A column no variant has a value for (e.g. no prediction without recommendations) is dropped.
+    keep = [i for i in range(len(VARIANT_COLUMNS)) if any(not missing(row[i][0]) and row[i][0] != "" for row in cells)]
+    head = h("tr", [h("th", VARIANT_COLUMNS[i][0], class_="num" if VARIANT_COLUMNS[i][1] else None) for i in keep])
+    rows = [h("tr", [num_cell(row[i][0], row[i][1]) if VARIANT_COLUMNS[i][1]
+                     else h("td", row[i][1], data_sort=str(row[i][0] or "")) for i in keep]) for row in cells]
+    return h("table", h("thead", head), h("tbody", rows), class_="sortable", id="try-kernel-table")
+
+
+def _generic_variant_table(variants: tuple[Mapping[str, Any], ...]) -> Html:
+    columns: list[str] = []
+    for variant in variants:
+        columns += [k for k in variant if k not in columns]
+    head = h("tr", [h("th", c) for c in columns])
+    rows = [h("tr", [h("td", status_badge(v[c]) if c == "status" and v.get(c) is not None
+                       else fmt_field(c, v.get(c)), class_="wrap") for c in columns]) for v in variants]
+    return h("table", h("thead", head), h("tbody", rows), class_="sortable", id="try-kernel-table")
+
+
+def try_kernel_section(results: TryKernelResults | None) -> Html:
+    title = h("h2", "Try-kernel results")
+    if results is None:
+        note = ("No try_kernel.json in this run: `advisor try-kernel` A/B-tests reference kernels inside "
+                "the model and records the result here.")
+        return h("section", title, h("p", note, class_="note"), id="try-kernel")
+    summary = {k: v for k, v in results.summary.items() if k not in ("notes", "schema_version")}
+    known = any(isinstance(v.get("step_s"), dict) or "kind" in v for v in results.variants)
+    table = (h("p", "No variants were recorded.", class_="note") if not results.variants
+             else _known_variant_table(results.variants) if known else _generic_variant_table(results.variants))
+    return h("section", title, kv_table(summary) if summary else None, table,
+             _text_list(results.summary.get("notes"), "notes"), id="try-kernel")

@@ -1,0 +1,270 @@
+"""The roofline chart: the device's roofs and every modelled hotspot, log-log, with matplotlib.
+
+`roofline_data` (pure) picks what is drawn; `draw_roofline` renders PNG or SVG bytes.
+matplotlib is the optional extra `kernel_advisor[plot]` and is imported only when drawing.
+Points are ops.csv rows: x = FLOP/byte, y = achieved FLOP/s, area ∝ device time, colour =
+verdict. Unmodelled ops, and ops with 0 FLOP (copies, fills: no place on a log FLOP axis),
+are counted for the caption, not drawn.
+"""
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
+from kernel_advisor.render.units import fmt_pct, fmt_si, shorten
+
+VERDICT_COLOURS = {"compute-bound": "#2e7d32", "memory-bound": "#1565c0", "latency-bound": "#ef6c00",
+                   "host-bound": "#8e24aa", "unknown": "#757575"}
+POINTS_GID_PREFIX = "hotspots-"  # SVG: <g id="hotspots-memory-bound"> holds one marker per point
+LABELLED_TOP = 5
+FORMATS = ("png", "svg")
+_MIN_AREA_PT2, _MAX_AREA_PT2 = 25.0, 900.0
+UNMODELLED = "unmodelled"
+
+
+@dataclass(frozen=True)
+class RooflinePoint:
+    rank: int  # 1-based position by device time, as in the hotspot table
+    name: str
+    intensity: float  # FLOP/byte
+    achieved_flops_per_s: float
+    time_per_step_s: float
+    verdict: str
+
+
+@dataclass(frozen=True)
+class SkippedOps:
+    """Op rows left off the chart for one reason."""
+
+    reason: str
+    ops: int
+    time_pct: float  # share of the run's device time
+
+
+@dataclass(frozen=True)
+class RooflineData:
+    device_name: str
+    ceilings_source: str
+    bandwidth_bytes_per_s: float
+    roofs: tuple[tuple[str, float], ...]  # (compute path, peak FLOP/s) for paths the points use
+    points: tuple[RooflinePoint, ...]
+    skipped: tuple[SkippedOps, ...]  # only reasons that apply, unmodelled first
+
+    @property
+    def unmodelled_ops(self) -> int:
+        return sum(s.ops for s in self.skipped if s.reason == UNMODELLED)
+
+    @property
+    def plotted_time_pct(self) -> float:
+        return 100.0 - sum(s.time_pct for s in self.skipped)
+
+
+@dataclass(frozen=True)
+class RenderedChart:
+    data: bytes
+    fmt: str
+    points: int  # markers drawn
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() == "true"
+    return bool(value) and value == value  # NaN (a blank CSV cell) is not "modelled"
+
+
+def _require_analysis(ops: pd.DataFrame) -> None:
+    needed = ("modelled", "flops", "bytes", "intensity", "achieved_flops_per_s", "verdict")
+    missing = [c for c in needed if c not in ops.columns]
+    if missing:
+        raise UserInputError(f"the run has no roofline analysis (ops.csv lacks {', '.join(missing)})",
+                             "profile again with this version of kernel_advisor")
+
+
+def _ceiling_values(ops: pd.DataFrame, meta: dict, paths: list[str]) -> tuple[float, dict[str, float]]:
+    """Bandwidth and peak per path: run.json ceilings first, the ops' own columns as fallback."""
+    ceilings = meta.get("ceilings") or {}
+    peaks = dict(ceilings.get("peak_flops_per_s") or {})
+    bandwidth = ceilings.get("bandwidth_bytes_per_s")
+    for path in paths:
+        if path not in peaks and "peak_flops_per_s" in ops:
+            column = ops.loc[ops["compute_path"] == path, "peak_flops_per_s"].dropna()
+            if not column.empty:
+                peaks[path] = float(column.iloc[0])
+    if bandwidth is None and "bandwidth_bytes_per_s" in ops and ops["bandwidth_bytes_per_s"].notna().any():
+        bandwidth = float(ops["bandwidth_bytes_per_s"].dropna().iloc[0])
+    if bandwidth is None or any(p not in peaks for p in paths):
+        raise UserInputError("the run records no device ceilings (run.json has no \"ceilings\")",
+                             "profile again, or run `advisor calibrate` first on this machine")
+    return float(bandwidth), {p: float(peaks[p]) for p in paths}
+
+
+def _skip_masks(ops: pd.DataFrame) -> dict[str, pd.Series]:
+    """Why a row cannot be a point on log-log axes, by reason (each row in at most one)."""
+    modelled = ops["modelled"].map(_truthy).astype(bool)
+    timed = ops["device_time_s"] > 0
+    flops, nbytes = ops["flops"], ops["bytes"]
+    return {
+        UNMODELLED: ~modelled,
+        "with 0 FLOP, pure data movement": modelled & (flops == 0),
+        "with bytes but no FLOP count (e.g. Inductor kernels)": modelled & flops.isna(),
+        "with no bytes moved or no device time": modelled & (flops > 0) & ~((nbytes > 0) & timed),
+    }
+
+
+def roofline_data(ops: pd.DataFrame, meta: dict) -> RooflineData:
+    """What the chart shows for a loaded run; raises UserInputError when it was not analyzed."""
+    _require_analysis(ops)
+    ordered = ops.sort_values("device_time_s", ascending=False, kind="stable").reset_index(drop=True)
+    total_s = float(ordered["device_time_s"].sum()) or 1.0
+    steps = max(int(meta.get("steps") or 1), 1)
+    masks = _skip_masks(ordered)
+    drawable = ~pd.concat(masks.values(), axis=1).any(axis=1)
+    points = tuple(RooflinePoint(rank=i + 1, name=str(r.name), intensity=float(r.intensity),
+                                 achieved_flops_per_s=float(r.achieved_flops_per_s),
+                                 time_per_step_s=float(r.device_time_s) / steps,
+                                 verdict=str(r.verdict) if r.verdict in VERDICT_COLOURS else "unknown")
+                   for i, r in zip(ordered.index[drawable], ordered[drawable].itertuples(index=False)))
+    paths = sorted({str(p) for p in ordered.loc[drawable, "compute_path"] if p})
+    bandwidth, peaks = _ceiling_values(ordered, meta, paths)
+    skipped = tuple(SkippedOps(reason, int(mask.sum()),
+                               100 * float(ordered.loc[mask, "device_time_s"].sum()) / total_s)
+                    for reason, mask in masks.items() if mask.any())
+    ceilings = meta.get("ceilings") or {}
+    return RooflineData(
+        device_name=str(ceilings.get("device_name") or (meta.get("device") or {}).get("name") or "device"),
+        ceilings_source=str(ceilings.get("source") or "unknown"), bandwidth_bytes_per_s=bandwidth,
+        roofs=tuple(sorted(peaks.items(), key=lambda kv: kv[1])), points=points, skipped=skipped)
+
+
+def caption(data: RooflineData) -> str:
+    text = f"{len(data.points)} op row(s) plotted ({fmt_pct(data.plotted_time_pct)} of device time)."
+    if data.skipped:
+        text += " Not plotted: " + "; ".join(f"{s.ops} {s.reason} ({fmt_pct(s.time_pct)})"
+                                             for s in data.skipped) + "."
+    return text + f" Point area ∝ device time; the top {LABELLED_TOP} by time carry their rank (#)."
+
+
+def _import_matplotlib():
+    try:
+        import matplotlib
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise EnvironmentCapabilityError("matplotlib is not installed, so no roofline chart can be drawn",
+                                         "install kernel_advisor[plot] (pip install 'kernel_advisor[plot]')"
+                                         ) from None
+    return matplotlib, Figure
+
+
+def chart_format(suffix: str) -> str:
+    fmt = suffix.lower().lstrip(".")
+    if fmt not in FORMATS:
+        raise UserInputError(f"cannot write a roofline chart as '{suffix or '(no suffix)'}'",
+                             "name the output file .png or .svg")
+    return fmt
+
+
+def draw_roofline(data: RooflineData, fmt: str) -> RenderedChart:
+    """PNG or SVG bytes of the chart (Agg for PNG; no pyplot, no global backend change)."""
+    matplotlib, Figure = _import_matplotlib()
+    fmt = chart_format(fmt)
+    # svg.fonttype none: text stays text (small, searchable); hashsalt + no date: same bytes every time.
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "kernel_advisor",
+                                "font.size": 9}):
+        fig = Figure(figsize=(9.0, 5.6), dpi=110, layout="constrained")
+        ax = fig.add_subplot()
+        x_lo, x_hi, y_lo, y_hi = _limits(data)
+        _draw_roofs(ax, data, x_lo, x_hi)
+        drawn = _draw_points(ax, data)
+        _style_axes(ax, data, (x_lo, x_hi), (y_lo, y_hi))
+        buffer = io.BytesIO()
+        metadata = {"Date": None} if fmt == "svg" else {}
+        fig.savefig(buffer, format=fmt, metadata=metadata)
+    return RenderedChart(data=buffer.getvalue(), fmt=fmt, points=drawn)
+
+
+def _limits(data: RooflineData) -> tuple[float, float, float, float]:
+    ridges = [peak / data.bandwidth_bytes_per_s for _, peak in data.roofs] or [1.0]
+    xs = [p.intensity for p in data.points] + ridges
+    ys = [p.achieved_flops_per_s for p in data.points] + [peak for _, peak in data.roofs]
+    x_lo, x_hi = min(xs) / 4, max(xs) * 8
+    top = max(ys) if ys else data.bandwidth_bytes_per_s * x_hi
+    bottom = min(ys + [data.bandwidth_bytes_per_s * x_lo])
+    return x_lo, x_hi, bottom / 4, top * 3
+
+
+def _draw_roofs(ax, data: RooflineData, x_lo: float, x_hi: float) -> None:
+    bw = data.bandwidth_bytes_per_s
+    top_ridge = max((peak / bw for _, peak in data.roofs), default=x_hi)
+    ax.plot([x_lo, top_ridge], [bw * x_lo, bw * top_ridge], color="#424242", lw=1.6)
+    x_mid = (x_lo * top_ridge) ** 0.5  # halfway along the slope on a log axis
+    ax.annotate(f"memory {fmt_si(bw, 'B/s')}", (x_mid, bw * x_mid), xytext=(-8, 6),
+                textcoords="offset points", ha="right", color="#424242")
+    for path, peak in data.roofs:
+        ax.plot([peak / bw, x_hi], [peak, peak], color="#424242", lw=1.6)
+        ax.annotate(f"{path} {fmt_si(peak, 'FLOP/s')}", (x_hi, peak), xytext=(-4, 4),
+                    textcoords="offset points", ha="right", color="#424242")
+
+
+def _area_pt2(point: RooflinePoint, biggest_s: float) -> float:
+    return _MIN_AREA_PT2 + (_MAX_AREA_PT2 - _MIN_AREA_PT2) * point.time_per_step_s / biggest_s
+
+
+def _draw_points(ax, data: RooflineData) -> int:
+    biggest_s = max((p.time_per_step_s for p in data.points), default=1.0) or 1.0
+    drawn = 0
+    for verdict, colour in VERDICT_COLOURS.items():
+        group = [p for p in data.points if p.verdict == verdict]
+        if not group:
+            continue
+        areas = [_area_pt2(p, biggest_s) for p in group]
+        markers = ax.scatter([p.intensity for p in group], [p.achieved_flops_per_s for p in group], s=areas,
+                             color=colour, alpha=0.7, edgecolors="black", linewidths=0.5,
+                             label=f"{verdict} ({len(group)})", zorder=3)
+        markers.set_gid(POINTS_GID_PREFIX + verdict)
+        drawn += len(group)
+    for p in sorted(data.points, key=lambda p: p.rank)[:LABELLED_TOP]:
+        radius_pt = _area_pt2(p, biggest_s) ** 0.5 / 2  # scatter sizes are areas in points²
+        ax.annotate(f"#{p.rank} {shorten(p.name, 28)}", (p.intensity, p.achieved_flops_per_s),
+                    xytext=(radius_pt + 3, -3), textcoords="offset points", fontsize=8, zorder=4)
+    return drawn
+
+
+def _style_axes(ax, data: RooflineData, xlim: tuple[float, float], ylim: tuple[float, float]) -> None:
+    from matplotlib.ticker import EngFormatter
+
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
+    ax.yaxis.set_major_formatter(EngFormatter(unit="FLOP/s"))
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("achieved FLOP/s")
+    ax.set_title(f"Roofline — {data.device_name} ({data.ceilings_source} ceilings)")
+    ax.grid(True, which="major", color="#e0e0e0", lw=0.6)
+    if data.points:
+        legend = ax.legend(loc="lower right", title="class (points)")
+        for handle in legend.legend_handles:  # one marker size in the key: size means time on the chart
+            handle.set_sizes([60.0])
+
+
+def write_chart(chart: RenderedChart, path: Path) -> None:
+    """Atomically: a viewer never sees half a file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(chart.data)
+    os.replace(tmp, path)
+
+
+def svg_for_html(chart: RenderedChart) -> str:
+    """The SVG element alone (no XML prolog or DOCTYPE), to inline in an HTML page."""
+    text = chart.data.decode("utf-8")
+    start = text.find("<svg")
+    if chart.fmt != "svg" or start < 0:
+        raise ValueError("svg_for_html needs an SVG chart")
+    return text[start:]
