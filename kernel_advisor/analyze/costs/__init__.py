@@ -1,0 +1,20 @@
+"""FLOPs and minimum bytes per aten op call, from the shapes, dtypes and concrete values
+torch.profiler records (record_shapes=True). Pure functions: no tensors are created.
+
+    op_cost("aten::addmm", [[768], [128, 256], [256, 768], [], []],
+            ["float32"] * 3 + ["scalar"] * 2, ["", "", "", "1", "1"])
+    -> OpCost(flops=50331648.0, bytes=1018880.0, compute_dtype="float32",
+              uses_tensor_cores=True)
+
+Formulas are registered per op name in the family modules below; op_cost returns None for
+an op or an argument pattern they do not cover (unknown is not zero).
+"""
+from __future__ import annotations
+
+from kernel_advisor.analyze.costs import (activations, attention, batchnorm,  # noqa: F401
+                                          conv, copies, elementwise, indexing, losses, matmul,
+                                          norms, optim, pooling, reductions, softmax, views)
+from kernel_advisor.analyze.costs.inductor import inductor_kernel_bytes
+from kernel_advisor.analyze.costs.registry import OpCost, modelled_op_names, op_cost
+
+__all__ = ["OpCost", "op_cost", "modelled_op_names", "inductor_kernel_bytes"]

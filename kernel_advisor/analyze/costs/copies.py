@@ -1,0 +1,168 @@
+"""Copies and conversions (copy_, clone, contiguous, to, _to_copy, reshape), concatenation,
+tensor creation and fills, padding and repeats. No arithmetic: 0 flops.
+
+NB: a dtype conversion is counted as 0 flops. Host<->device copies (to("cuda")) are bounded
+by the PCIe/NVLink link, not HBM; shapes alone cannot tell them from device copies.
+"""
+from __future__ import annotations
+
+from kernel_advisor.analyze.costs import dtypes as dt
+from kernel_advisor.analyze.costs.call import OpCall, Tensor
+from kernel_advisor.analyze.costs.common import ZERO_COST_DTYPE, io_cost, written
+from kernel_advisor.analyze.costs.errors import Unmodelled
+from kernel_advisor.analyze.costs.registry import OpCost, register
+from kernel_advisor.analyze.costs.shapes import broadcast
+
+
+def copy_cost(src: Tensor, out_shape: tuple, out_dtype: str) -> OpCost:
+    return io_cost(0, [src], [written(out_shape, out_dtype)], src.dtype)
+
+
+def no_op(dtype: str = ZERO_COST_DTYPE) -> OpCost:
+    return io_cost(0, [], [], dtype)
+
+
+@register("copy_")
+def copy_(call: OpCall) -> OpCost:
+    # copy_(self, src, non_blocking): src (possibly broadcast) read once, self written.
+    dst, src = call.tensor(0), call.tensor(1)
+    broadcast(src.shape, dst.shape)
+    return copy_cost(src, dst.shape, dst.dtype)
+
+
+@register("clone", "contiguous", "reshape", "flatten", "_reshape_copy", "reshape_as")
+def clone(call: OpCall) -> OpCost:
+    # NB: contiguous/reshape/flatten launch nothing when the input is already laid out right
+    # (their rows then have no device time); when they launch a kernel it is this copy.
+    x = call.tensor(0)
+    return copy_cost(x, x.shape, x.dtype)
+
+
+@register("_to_copy")
+def to_copy(call: OpCall) -> OpCost:
+    # _to_copy(self, dtype, layout, device, pin_memory, non_blocking, memory_format)
+    x = call.tensor(0)
+    return copy_cost(x, x.shape, call.dtype_code_at(1) or x.dtype)
+
+
+@register("to")
+def to(call: OpCall) -> OpCost:
+    # to.dtype(self, dtype, non_blocking, copy, memory_format)       5 args
+    # to.device(self, device, dtype, non_blocking, copy, memory_format) 6 args
+    # to.other(self, other, non_blocking, copy, memory_format)       5 args, other a tensor
+    # to.dtype_layout(self, dtype, layout, device, pin_memory, non_blocking, copy, fmt) 8 args
+    x = call.tensor(0)
+    count = call.arg_count()
+    if count == 5 and call.has_tensor(1):
+        # to.other follows `other`'s dtype and device: with the same dtype it is either a
+        # no-op or a transfer to other's (unrecorded) device.
+        if call.tensor(1).dtype == x.dtype and not call.bool_at(3, False):
+            raise Unmodelled(f"{call.name}: same dtype, unrecorded device")
+        return copy_cost(x, x.shape, call.tensor(1).dtype)
+    if count == 5:
+        target = call.dtype_code_at(1)
+        if target in (None, x.dtype) and not call.bool_at(3, False):
+            return no_op(x.dtype)  # returns self: no kernel
+        return copy_cost(x, x.shape, target or x.dtype)
+    dtype_pos, copy_pos = {6: (2, 4), 8: (1, 6)}.get(count, (None, None))
+    if dtype_pos is None:
+        raise Unmodelled(f"{call.name}: unknown overload with {count} arguments")
+    target = call.dtype_code_at(dtype_pos)
+    if target in (None, x.dtype) and not call.bool_at(copy_pos, False):
+        # The device is not recorded: this is either a no-op or a host<->device transfer.
+        raise Unmodelled(f"{call.name}: same dtype, unrecorded device")
+    return copy_cost(x, x.shape, target or x.dtype)
+
+
+def _concat_dtype(parts: list[Tensor]) -> str:
+    if not parts:
+        raise Unmodelled("concatenation of an empty tensor list")
+    return dt.promote([t.dtype for t in parts])
+
+
+@register("cat", "concat", "concatenate")
+def cat(call: OpCall) -> OpCost:
+    # cat(tensors, dim): every input read once, the concatenation written once. Legacy
+    # empty [0] inputs are skipped by ATen and weigh nothing here.
+    parts = call.tensor_list(0)
+    out_numel = sum(t.numel for t in parts)
+    out_dtype = _concat_dtype(parts)
+    return io_cost(0, parts, [written((out_numel,), out_dtype)], out_dtype)
+
+
+@register("stack")
+def stack(call: OpCall) -> OpCost:
+    parts = call.tensor_list(0)
+    if len({t.shape for t in parts}) > 1:
+        raise Unmodelled(f"{call.name}: stacked tensors differ in shape")
+    out_dtype = _concat_dtype(parts)
+    return io_cost(0, parts, [written((sum(t.numel for t in parts),), out_dtype)], out_dtype)
+
+
+@register("fill_", "zero_", "normal_", "uniform_", "bernoulli_", "random_", "exponential_")
+def fill(call: OpCall) -> OpCost:
+    # fill_(self, value) and friends write self once (a 0-dim value tensor is a kernel arg).
+    # NB: random fills count no flops for the Philox generator.
+    x = call.tensor(0)
+    return io_cost(0, [], [x], x.dtype)
+
+
+def _created(shape: tuple, dtype: str) -> OpCost:
+    return io_cost(0, [], [written(shape, dtype)], dtype)
+
+
+@register("zeros", "ones")
+def zeros(call: OpCall) -> OpCost:
+    # zeros(size, dtype, layout, device, pin_memory). NB: dtype None means the default dtype
+    # at profile time, assumed float32.
+    return _created(call.ints_at(0), call.dtype_code_at(1) or "float32")
+
+
+@register("full")
+def full(call: OpCall) -> OpCost:
+    # full(size, fill_value, dtype, ...): without a dtype, the fill value's kind decides.
+    inferred = {0: "bool", 1: "int64", 2: "float32", 3: "complex64"}[call.scalar_category(1)]
+    return _created(call.ints_at(0), call.dtype_code_at(2) or inferred)
+
+
+@register("zeros_like", "ones_like", "rand_like", "randn_like")
+def zeros_like(call: OpCall) -> OpCost:
+    # zeros_like(self, dtype, layout, device, pin_memory, memory_format): self is not read.
+    x = call.tensor(0)
+    return _created(x.shape, call.dtype_code_at(1) or x.dtype)
+
+
+@register("full_like")
+def full_like(call: OpCall) -> OpCost:
+    x = call.tensor(0)
+    return _created(x.shape, call.dtype_code_at(2) or x.dtype)
+
+
+@register("constant_pad_nd")
+def constant_pad_nd(call: OpCall) -> OpCost:
+    # constant_pad_nd(self, pad, value): pad pairs apply from the last dim backwards.
+    x = call.tensor(0)
+    pad = call.ints_at(1)
+    if len(pad) % 2 or len(pad) // 2 > len(x.shape):
+        raise Unmodelled(f"{call.name}: pad {pad} does not fit {x.shape}")
+    out = list(x.shape)
+    for i in range(len(pad) // 2):
+        out[-1 - i] += pad[2 * i] + pad[2 * i + 1]
+    return copy_cost(x, tuple(out), x.dtype)
+
+
+@register("repeat")
+def repeat(call: OpCall) -> OpCost:
+    # repeat(self, repeats): leading dims are added when repeats is longer than self's rank.
+    x = call.tensor(0)
+    reps = call.ints_at(1)
+    if len(reps) < len(x.shape):
+        raise Unmodelled(f"{call.name}: fewer repeats than dims")
+    padded = (1,) * (len(reps) - len(x.shape)) + x.shape
+    return copy_cost(x, tuple(s * r for s, r in zip(padded, reps)), x.dtype)
+
+
+@register("flip", "roll", "tril", "triu")
+def same_shape_copy(call: OpCall) -> OpCost:
+    x = call.tensor(0)
+    return copy_cost(x, x.shape, x.dtype)

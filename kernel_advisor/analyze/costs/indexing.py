@@ -1,0 +1,122 @@
+"""Gathers and scatters: embedding, index_select, gather, scatter*, index_add/copy/put, index.
+
+Bytes count only the elements actually gathered or scattered, plus the index tensors: a
+gather of R rows reads R rows, not the whole table. NB: each gathered element really pulls a
+32-byte sector, so gathers of small rows move more than this minimum.
+Out-of-place scatters first copy `self` (read + write of the full tensor).
+"""
+from __future__ import annotations
+
+import math
+
+from kernel_advisor.analyze.costs import dtypes as dt
+from kernel_advisor.analyze.costs.call import OpCall, Tensor
+from kernel_advisor.analyze.costs.common import cost, io_cost, written
+from kernel_advisor.analyze.costs.errors import Unmodelled
+from kernel_advisor.analyze.costs.registry import OpCost, register
+from kernel_advisor.analyze.costs.shapes import broadcast, wrap_dim
+
+
+def _elements(count: int, dtype: str) -> int:
+    return count * dt.itemsize_bytes(dtype)
+
+
+@register("embedding")
+def embedding(call: OpCall) -> OpCost:
+    # embedding(weight [V, D], indices [...]) -> [..., D]: one row gathered per index.
+    weight, idx = call.tensor(0), call.tensor(1)
+    if len(weight.shape) != 2:
+        raise Unmodelled(f"{call.name}: weight must be 2-D, got {weight.shape}")
+    out = written((*idx.shape, weight.shape[1]), weight.dtype)
+    return cost(0, idx.bytes + 2 * out.bytes, weight.dtype)
+
+
+@register("embedding_dense_backward", "embedding_backward")
+def embedding_backward(call: OpCall) -> OpCost:
+    # (grad_output [..., D], indices, num_weights, padding_idx, scale_grad_by_freq[, sparse]):
+    # the [num_weights, D] gradient is written once and every grad row added into it.
+    # NB: the zero-fill and the read-modify-write of touched rows are not counted apart.
+    grad, idx = call.tensor(0), call.tensor(1)
+    rows = call.int_at(2)
+    width = grad.shape[-1] if grad.shape else 1
+    out = written((rows, width), grad.dtype)
+    return io_cost(grad.numel, [grad, idx], [out], grad.dtype)
+
+
+@register("index_select")
+def index_select(call: OpCall) -> OpCost:
+    # index_select(self, dim, index): the selected slices are read and written once.
+    x, idx = call.tensor(0), call.tensor(2)
+    dim = wrap_dim(call.int_at(1), len(x.shape))
+    out_shape = x.shape[:dim] + (idx.numel,) + x.shape[dim + 1:] if x.shape else ()
+    out = written(out_shape, x.dtype)
+    return cost(0, idx.bytes + 2 * out.bytes, x.dtype)
+
+
+@register("gather")
+def gather(call: OpCall) -> OpCost:
+    # gather(self, dim, index, sparse_grad) -> index-shaped: one element read per index.
+    x, idx = call.tensor(0), call.tensor(2)
+    out = written(idx.shape, x.dtype)
+    return cost(0, idx.bytes + 2 * out.bytes, x.dtype)
+
+
+def _scatter(call: OpCall, target: Tensor, idx: Tensor, src: Tensor | None, updates: int,
+             accumulate: bool) -> OpCost:
+    """updates: elements written into target; accumulate: read-modify-write of each."""
+    moved = idx.bytes + _elements(updates, target.dtype) * (2 if accumulate else 1)
+    if src is not None and src.shape:
+        moved += _elements(updates, src.dtype)
+    if not call.name.endswith("_"):
+        moved += 2 * target.bytes  # out-of-place: self is copied first
+    return cost(updates if accumulate else 0, moved, target.dtype)
+
+
+@register("scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce",
+          "scatter_reduce_")
+def scatter(call: OpCall) -> OpCost:
+    # scatter(self, dim, index, src|value[, reduce]): index.numel elements of src are written.
+    x, idx, src = call.tensor(0), call.tensor(2), call.optional_tensor(3)
+    # scatter.reduce / value_reduce carry a 5th `reduce` argument; scatter.out a 5th tensor.
+    accumulate = ("add" in call.name or "reduce" in call.name
+                  or (call.arg_count() > 4 and not call.has_tensor(4)))
+    return _scatter(call, x, idx, src, idx.numel, accumulate)
+
+
+@register("index_add", "index_add_", "index_copy", "index_copy_", "index_fill",
+          "index_fill_")
+def index_add(call: OpCall) -> OpCost:
+    # index_add(self, dim, index, source[, alpha]): source slices go to index positions.
+    x, idx = call.tensor(0), call.tensor(2)
+    src = call.optional_tensor(3)
+    dim = wrap_dim(call.int_at(1), len(x.shape))
+    updates = src.numel if src is not None and src.shape else \
+        idx.numel * math.prod(x.shape) // max(x.shape[dim] if x.shape else 1, 1)
+    return _scatter(call, x, idx, src, updates, "add" in call.name)
+
+
+@register("index_put", "index_put_", "_index_put_impl_")
+def index_put(call: OpCall) -> OpCost:
+    # index_put(self, indices, values, accumulate): the profiler records neither the index
+    # tensors nor their count, so a broadcast (0-dim) value writes an unknown number of
+    # elements. NB: with values recorded, the index reads are not counted (lower bound).
+    x, values = call.tensor(0), call.tensor(2)
+    if not values.shape:
+        raise Unmodelled(f"{call.name}: a broadcast value writes an unrecorded element count")
+    moved = values.bytes + _elements(values.numel, x.dtype) * (2 if call.bool_at(3) else 1)
+    if call.name == "aten::index_put":
+        moved += 2 * x.bytes
+    return cost(values.numel if call.bool_at(3) else 0, moved, x.dtype)
+
+
+@register("index", "_unsafe_index")
+def index(call: OpCall) -> OpCost:
+    # index(self, indices): modelled only for integer index tensors on the leading dims with
+    # recorded dtypes; torch.profiler records Tensor?[] as nothing, so real traces give None.
+    x = call.tensor(0)
+    indices = call.tensor_list(1)
+    if not indices or any(dt.category(t.dtype) != 1 for t in indices) or len(indices) > len(x.shape):
+        raise Unmodelled(f"{call.name}: only integer index tensors are modelled")
+    out_shape = broadcast(*(t.shape for t in indices)) + x.shape[len(indices):]
+    out = written(out_shape, x.dtype)
+    return cost(0, sum(t.bytes for t in indices) + 2 * out.bytes, x.dtype)

@@ -1,0 +1,124 @@
+"""Layer, RMS, group and batch normalisation, forward and backward.
+
+FLOPs per element of the input (NB: per-row/per-channel work such as rsqrt is left out):
+- forward with statistics: mean 1 + variance 3 (subtract, square, add) + normalise 2
+  (subtract, multiply) = 6, plus 1 for a weight and 1 for a bias (affine);
+- RMS norm: square-sum 2 + scale 1, plus 1 for a weight;
+- batch norm in eval mode uses the running statistics: normalise 2 + affine;
+- backward, grad_input: ~9 (x_hat 2, g*w 1, two row reductions 2, combine 4); RMS: 7;
+  eval-mode batch norm: 2. grad_weight: 2 (g*x_hat, accumulate); grad_bias: 1.
+Bytes: input, weight, bias and statistics read once, every declared output written once.
+Statistics (mean/rstd) are priced as the CUDA kernels write them: fp32 for half inputs
+(CPU kernels write them in the input dtype).
+NB: two-pass kernels (batch norm training, large rows) read the input twice: not counted.
+"""
+from __future__ import annotations
+
+import math
+
+from kernel_advisor.analyze.costs import dtypes as dt
+from kernel_advisor.analyze.costs.call import OpCall, Tensor
+from kernel_advisor.analyze.costs.common import io_cost, written
+from kernel_advisor.analyze.costs.errors import Unmodelled
+from kernel_advisor.analyze.costs.registry import OpCost, register
+
+STATS_FLOPS, RMS_FLOPS, EVAL_FLOPS = 6, 3, 2
+GRAD_INPUT_FLOPS, RMS_GRAD_INPUT_FLOPS, EVAL_GRAD_INPUT_FLOPS = 9, 7, 2
+GRAD_WEIGHT_FLOPS, GRAD_BIAS_FLOPS = 2, 1
+
+
+def _affine_flops(weight: Tensor | None, bias: Tensor | None) -> int:
+    return (weight is not None) + (bias is not None)
+
+
+def _rows(call: OpCall, x: Tensor, normalized_pos: int) -> int:
+    """Rows of a layer/RMS norm: elements outside the normalised trailing dims."""
+    normalized = call.ints_at(normalized_pos)
+    if tuple(x.shape[len(x.shape) - len(normalized):]) != tuple(normalized):
+        raise Unmodelled(f"{call.name}: {x.shape} does not end in {normalized}")
+    return math.prod(x.shape[:len(x.shape) - len(normalized)])
+
+
+def _stats(rows: int, like: Tensor, count: int) -> list[Tensor]:
+    return [written((rows,), dt.accumulate_dtype(like.dtype))] * count
+
+
+@register("layer_norm", "native_layer_norm")
+def layer_norm(call: OpCall) -> OpCost:
+    # (input, normalized_shape, weight, bias, eps, ...); native_layer_norm also returns
+    # mean and rstd per row (fp32 for half inputs).
+    x, w, b = call.tensor(0), call.optional_tensor(2), call.optional_tensor(3)
+    rows = _rows(call, x, 1)
+    stats = _stats(rows, x, 2) if call.name == "aten::native_layer_norm" else []
+    flops = (STATS_FLOPS + _affine_flops(w, b)) * x.numel
+    return io_cost(flops, [x, w, b], [written(x.shape, x.dtype), *stats], x.dtype)
+
+
+@register("native_layer_norm_backward")
+def layer_norm_backward(call: OpCall) -> OpCost:
+    # (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)
+    go, x = call.tensor(0), call.tensor(1)
+    mean, rstd, w, b = (call.optional_tensor(i) for i in (3, 4, 5, 6))
+    mask = call.bools_at(7, (True, True, True))
+    return norm_backward(go, x, [mean, rstd, w], w or b, mask, GRAD_INPUT_FLOPS)
+
+
+def norm_backward(go: Tensor, x: Tensor, reads: list, param: Tensor | None, mask: tuple,
+                  grad_input_flops: int) -> OpCost:
+    """Shared backward: grad_input (mask[0]) plus grad_weight/grad_bias (mask[1], mask[2]),
+    which have `param`'s shape (None: the forward had no affine parameters)."""
+    want_weight = bool(mask[1]) and param is not None
+    want_bias = len(mask) > 2 and bool(mask[2]) and param is not None
+    flops = x.numel * (grad_input_flops * bool(mask[0]) + GRAD_WEIGHT_FLOPS * want_weight
+                       + GRAD_BIAS_FLOPS * want_bias)
+    writes = [written(x.shape, x.dtype) if mask[0] else None,
+              param if want_weight else None, param if want_bias else None]
+    return io_cost(flops, [go, x, *reads], writes, x.dtype)
+
+
+@register("rms_norm", "_fused_rms_norm")
+def rms_norm(call: OpCall) -> OpCost:
+    # (input, normalized_shape, weight, eps); _fused_rms_norm also returns rstd per row.
+    x, w = call.tensor(0), call.optional_tensor(2)
+    rows = _rows(call, x, 1)
+    stats = _stats(rows, x, 1) if call.name == "aten::_fused_rms_norm" else []
+    flops = (RMS_FLOPS + (w is not None)) * x.numel
+    return io_cost(flops, [x, w], [written(x.shape, x.dtype), *stats], x.dtype)
+
+
+@register("_fused_rms_norm_backward")
+def rms_norm_backward(call: OpCall) -> OpCost:
+    # (grad_out, input, normalized_shape, rstd, weight, output_mask[2])
+    go, x, rstd, w = call.tensor(0), call.tensor(1), call.optional_tensor(3), \
+        call.optional_tensor(4)
+    mask = call.bools_at(5, (True, True))
+    return norm_backward(go, x, [rstd, w], w, mask, RMS_GRAD_INPUT_FLOPS)
+
+
+@register("group_norm")
+def group_norm(call: OpCall) -> OpCost:
+    # group_norm(input, num_groups, weight, bias, eps, cudnn_enabled) -> output
+    x, w, b = call.tensor(0), call.optional_tensor(2), call.optional_tensor(3)
+    flops = (STATS_FLOPS + _affine_flops(w, b)) * x.numel
+    return io_cost(flops, [x, w, b], [written(x.shape, x.dtype)], x.dtype)
+
+
+@register("native_group_norm")
+def native_group_norm(call: OpCall) -> OpCost:
+    # (input, weight, bias, N, C, HxW, group, eps) -> output, mean [N, G], rstd [N, G]
+    x, w, b = call.tensor(0), call.optional_tensor(1), call.optional_tensor(2)
+    n, groups = call.int_at(3), call.int_at(6)
+    flops = (STATS_FLOPS + _affine_flops(w, b)) * x.numel
+    stats = _stats(n * groups, x, 2)
+    return io_cost(flops, [x, w, b], [written(x.shape, x.dtype), *stats], x.dtype)
+
+
+@register("native_group_norm_backward")
+def group_norm_backward(call: OpCall) -> OpCost:
+    # (grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask)
+    go, x, mean, rstd = (call.tensor(i) for i in range(4))
+    w = call.optional_tensor(4)
+    channels = call.int_at(6)
+    mask = call.bools_at(9, (True, True, True))
+    param = written((channels,), w.dtype if w else x.dtype)
+    return norm_backward(go, x, [mean, rstd, w], param, mask, GRAD_INPUT_FLOPS)

@@ -1,0 +1,168 @@
+"""Reductions (sum, mean, amax, max, var, norm, argmax, ...) and scans (cumsum, cumprod).
+
+FLOPs per input element: 1 for sum/mean/prod/amax/amin/max/min/argmax/all/any (one add or
+compare), 2 for norms (|x|^p and add; NB: p other than 1, 2, inf costs a pow more),
+4 for var/std (mean pass 1, subtract, square, add; NB: Welford does the same in one pass),
+4 for logsumexp (max, subtract, exp, add). Per-output work (divide by n, sqrt) is left out.
+Bytes: the input read once and the (much smaller) output written once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernel_advisor.analyze.costs import dtypes as dt
+from kernel_advisor.analyze.costs.call import OpCall, Tensor
+from kernel_advisor.analyze.costs.common import io_cost, written
+from kernel_advisor.analyze.costs.pointwise import Pointwise, pointwise_cost
+from kernel_advisor.analyze.costs.registry import OpCost, register
+from kernel_advisor.analyze.costs.shapes import reduced
+
+
+@dataclass(frozen=True)
+class Reduction:
+    dims: tuple[int, ...] | None  # None or empty: all dims
+    keepdim: bool
+    out_dtype: str
+    flops_per_element: float
+    with_indices: bool = False  # max.dim/min.dim also return int64 indices
+
+
+def reduction_cost(x: Tensor, r: Reduction) -> OpCost:
+    out_shape = reduced(x.shape, r.dims, r.keepdim)
+    outs = [written(out_shape, r.out_dtype)]
+    if r.with_indices:
+        outs.append(written(out_shape, "int64"))
+    compute = x.dtype if dt.is_floating(x.dtype) else r.out_dtype
+    return io_cost(r.flops_per_element * x.numel, [x], outs, compute)
+
+
+def _sum_dtype(x: Tensor, requested: str | None) -> str:
+    # Integer and bool sums accumulate into int64 unless a dtype is requested.
+    if requested:
+        return requested
+    return "int64" if dt.category(x.dtype) < 2 else x.dtype
+
+
+def _dims(call: OpCall, pos: int) -> tuple[int, ...] | None:
+    return call.ints_at(pos, None)
+
+
+@register("sum", "nansum", "mean", "prod")
+def sum_like(call: OpCall) -> OpCost:
+    # sum(self, dtype) | sum.dim_IntList(self, dim, keepdim, dtype[, out]); the same for mean,
+    # nansum; prod.dim_int(self, dim, keepdim, dtype).
+    x = call.tensor(0)
+    if call.arg_count() <= 2:
+        dims, keepdim, requested = None, False, call.dtype_code_at(1)
+    else:
+        dims, keepdim, requested = _dims(call, 1), call.bool_at(2, False), call.dtype_code_at(3)
+    is_mean = call.name == "aten::mean"
+    out_dtype = (requested or x.dtype) if is_mean else _sum_dtype(x, requested)
+    return reduction_cost(x, Reduction(dims, keepdim, out_dtype, 1.0))
+
+
+@register("amax", "amin")
+def amax(call: OpCall) -> OpCost:
+    # amax(self, dim=[], keepdim=False)
+    x = call.tensor(0)
+    return reduction_cost(x, Reduction(_dims(call, 1), call.bool_at(2, False), x.dtype, 1.0))
+
+
+@register("max", "min")
+def max_min(call: OpCall) -> OpCost:
+    # max(self) | max.other(self, other) (elementwise) | max.dim(self, dim, keepdim)
+    x = call.tensor(0)
+    if call.has_tensor(1):
+        return pointwise_cost(call, Pointwise((0, 1)), inplace=False)
+    if call.arg_count() == 1:
+        return reduction_cost(x, Reduction(None, False, x.dtype, 1.0))
+    dim = call.int_at(1)
+    return reduction_cost(x, Reduction((dim,), call.bool_at(2, False), x.dtype, 1.0,
+                                       with_indices=True))
+
+
+@register("argmax", "argmin")
+def argmax(call: OpCall) -> OpCost:
+    # argmax(self, dim=None, keepdim=False): int64 indices.
+    x = call.tensor(0)
+    dim = call.int_at(1, None)
+    dims = None if dim is None else (dim,)
+    return reduction_cost(x, Reduction(dims, call.bool_at(2, False), "int64", 1.0))
+
+
+@register("all", "any")
+def all_any(call: OpCall) -> OpCost:
+    # all(self) | all.dim(self, dim, keepdim) | all.dims(self, dim=None, keepdim): bool out.
+    x = call.tensor(0)
+    dims = _dims(call, 1) if call.arg_count() > 1 else None
+    keepdim = call.bool_at(2, False) if call.arg_count() > 2 else False
+    out = "uint8" if x.dtype == "uint8" else "bool"
+    return reduction_cost(x, Reduction(dims, keepdim, out, 1.0))
+
+
+VARIANCE_FLOPS = 4.0
+
+
+def _variance(call: OpCall, outputs: int) -> OpCost:
+    # var(self, unbiased) | var.dim(self, dim, unbiased, keepdim) |
+    # var.correction(self, dim, correction, keepdim); var_mean/std_mean return two outputs.
+    x = call.tensor(0)
+    if call.arg_count() <= 2:
+        dims, keepdim = None, False
+    else:
+        dims, keepdim = _dims(call, 1), call.bool_at(3, False)
+    out_shape = reduced(x.shape, dims, keepdim)
+    return io_cost(VARIANCE_FLOPS * x.numel, [x], [written(out_shape, x.dtype)] * outputs,
+                   x.dtype)
+
+
+@register("var", "std")
+def var(call: OpCall) -> OpCost:
+    return _variance(call, outputs=1)
+
+
+@register("var_mean", "std_mean")
+def var_mean(call: OpCall) -> OpCost:
+    return _variance(call, outputs=2)
+
+
+NORM_FLOPS = 2.0
+
+
+@register("norm")
+def norm(call: OpCall) -> OpCost:
+    # norm.Scalar(self, p) | norm.ScalarOpt_dtype(self, p, dtype) |
+    # norm.ScalarOpt_dim(self, p, dim, keepdim) | norm.ScalarOpt_dim_dtype(..., dtype)
+    x = call.tensor(0)
+    if call.arg_count() <= 3:
+        dims, keepdim = None, False
+        requested = call.dtype_code_at(2) if call.arg_count() == 3 else None
+    else:
+        dims, keepdim = _dims(call, 2), call.bool_at(3, False)
+        requested = call.dtype_code_at(4) if call.arg_count() > 4 else None
+    return reduction_cost(x, Reduction(dims, keepdim, requested or x.dtype, NORM_FLOPS))
+
+
+@register("linalg_vector_norm")
+def vector_norm(call: OpCall) -> OpCost:
+    # linalg_vector_norm(self, ord, dim, keepdim, dtype)
+    x = call.tensor(0)
+    r = Reduction(_dims(call, 2), call.bool_at(3, False), call.dtype_code_at(4) or x.dtype,
+                  NORM_FLOPS)
+    return reduction_cost(x, r)
+
+
+@register("logsumexp")
+def logsumexp(call: OpCall) -> OpCost:
+    # logsumexp(self, dim, keepdim)
+    x = call.tensor(0)
+    out = x.dtype if dt.is_floating(x.dtype) else "float32"
+    return reduction_cost(x, Reduction(_dims(call, 1), call.bool_at(2, False), out, 4.0))
+
+
+@register("cumsum", "cumprod")
+def scan(call: OpCall) -> OpCost:
+    # cumsum(self, dim, dtype): the output has the input's shape; 1 flop per element.
+    x = call.tensor(0)
+    out_dtype = _sum_dtype(x, call.dtype_code_at(2))
+    return io_cost(x.numel, [x], [written(x.shape, out_dtype)], x.dtype)
