@@ -1,0 +1,151 @@
+// Fused bias + activation: y[r, c] = act(x[r, c] + bias[c]), computed in float (double for
+// fp64) and rounded once, where eager PyTorch rounds x + bias to T first.
+//
+// Bytes per call: rows * cols * sizeof(T) read + the same written + cols * sizeof(T) of bias,
+// which each thread loads once into registers for its column vector and reuses down the rows.
+// The activation is a template parameter: each variant carries only its own code and
+// registers.
+#include <algorithm>
+
+#include "device_math.h"
+#include "launchers.h"
+
+namespace ka {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMinBlocksPerSm = 4;  // caps registers at 64: 1024 threads resident per SM
+constexpr int kRowUnroll = 4;       // rows each thread loads before using the first
+constexpr int kMaxGridY = 65535;    // CUDA's limit on gridDim.y
+
+// act(v) in the accumulation type. fp32/fp64 use the textbook formulas with the accurate
+// library functions. NB: for fp16/bf16 outputs, silu and gelu-tanh use
+// v / (1 + exp2(-k * log2e)) with ex2 (2 ulp) and __fdividef (2 ulp), since
+// 0.5 * (1 + tanh(u)) == 1 / (1 + exp(-2u)) exactly: ~1e-6 relative, far under half an ulp
+// of fp16 (2.4e-4) or bf16 (2e-3), at a fraction of tanhf/expf + IEEE division's cost,
+// which a 16-bit stream (two elements per 4 bytes) cannot afford at DRAM speed.
+template <Activation kAct, bool kFast16, typename A>
+__device__ __forceinline__ A activate(A v) {
+  constexpr A kSqrt1_2 = static_cast<A>(0.70710678118654752440);   // 1 / sqrt(2)
+  constexpr A kSqrt2OverPi = static_cast<A>(0.79788456080286535588);  // sqrt(2 / pi)
+  constexpr A kCubic = static_cast<A>(0.044715);
+  if constexpr (kAct == Activation::kRelu) {
+    return v < static_cast<A>(0) ? static_cast<A>(0) : v;  // NaN stays NaN
+  } else if constexpr (kAct == Activation::kGeluErf) {
+    return static_cast<A>(0.5) * v * (static_cast<A>(1) + erf_acc(v * kSqrt1_2));
+  } else if constexpr (kAct == Activation::kGeluTanh) {
+    const A u = kSqrt2OverPi * (v + kCubic * v * v * v);
+    if constexpr (kFast16) {
+      return fast_div(v, 1.0f + exp2_acc(-2.0f * kLog2e * u));
+    } else {
+      return static_cast<A>(0.5) * v * (static_cast<A>(1) + tanh_acc(u));
+    }
+  } else {  // silu
+    if constexpr (kFast16) {
+      return fast_div(v, 1.0f + exp2_acc(-kLog2e * v));
+    } else {
+      return v / (static_cast<A>(1) + exp_acc(-v));  // exp overflows to inf: v / inf = -0
+    }
+  }
+}
+
+// Thread (tx, ty) of block (bx, by) owns column vector bx * blockDim.x + tx and walks the rows
+// by + ty, stepping gridDim.y * blockDim.y.
+template <typename T, int VEC, Activation kAct>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
+    bias_act_kernel(const T* __restrict__ x, const T* __restrict__ bias, T* __restrict__ y,
+                    int64_t rows, int n_vec_cols) {
+  using A = acc_t<T>;
+  using V = Vec<T, VEC>;
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= n_vec_cols) return;  // no barriers in this kernel
+  const V b = reinterpret_cast<const V*>(bias)[col];
+  A bias_acc[VEC];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) bias_acc[j] = to_acc(b.v[j]);
+
+  const V* xv = reinterpret_cast<const V*>(x) + col;
+  V* yv = reinterpret_cast<V*>(y) + col;
+  const int64_t step = static_cast<int64_t>(gridDim.y) * blockDim.y;
+  for (int64_t r0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; r0 < rows;
+       r0 += step * kRowUnroll) {
+    V v[kRowUnroll];
+#pragma unroll
+    for (int u = 0; u < kRowUnroll; ++u) {
+      const int64_t r = r0 + u * step;
+      if (r < rows) v[u] = xv[r * n_vec_cols];
+    }
+#pragma unroll
+    for (int u = 0; u < kRowUnroll; ++u) {
+      const int64_t r = r0 + u * step;
+      if (r >= rows) continue;
+      V out;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        out.v[j] = from_acc<T>(
+            activate<kAct, is_16bit<T>()>(to_acc(v[u].v[j]) + bias_acc[j]));
+      }
+      yv[r * n_vec_cols] = out;
+    }
+  }
+}
+
+template <typename T, int VEC, Activation kAct>
+void launch_bias_act_act(const T* x, const T* bias, T* y, int64_t rows, int64_t cols,
+                         cudaStream_t stream) {
+  const auto kernel = bias_act_kernel<T, VEC, kAct>;
+  const int n_vec_cols = static_cast<int>(cols / VEC);
+  // Narrow rows: fewer threads across, more rows per block, so no lane idles.
+  const int tx = std::min(kThreads, (n_vec_cols + kWarpSize - 1) / kWarpSize * kWarpSize);
+  const int ty = kThreads / tx;
+  const int grid_x = (n_vec_cols + tx - 1) / tx;
+  const int64_t row_blocks = (rows + ty - 1) / ty;
+  // A grid the device holds in one wave; each thread then loops over its share of the rows.
+  const int64_t resident = resident_blocks(kernel, kThreads, 0);
+  const int64_t want_y = resident > 0 ? (resident + grid_x - 1) / grid_x : row_blocks;
+  const int grid_y = static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>({row_blocks, want_y, static_cast<int64_t>(kMaxGridY)})));
+  kernel<<<dim3(grid_x, grid_y), dim3(tx, ty), 0, stream>>>(x, bias, y, rows, n_vec_cols);
+}
+
+template <typename T, int VEC>
+void launch_bias_act_vec(const T* x, const T* bias, T* y, int64_t rows, int64_t cols,
+                         Activation act, cudaStream_t stream) {
+  switch (act) {
+    case Activation::kRelu:
+      return launch_bias_act_act<T, VEC, Activation::kRelu>(x, bias, y, rows, cols, stream);
+    case Activation::kGeluErf:
+      return launch_bias_act_act<T, VEC, Activation::kGeluErf>(x, bias, y, rows, cols, stream);
+    case Activation::kGeluTanh:
+      return launch_bias_act_act<T, VEC, Activation::kGeluTanh>(x, bias, y, rows, cols, stream);
+    case Activation::kSilu:
+      return launch_bias_act_act<T, VEC, Activation::kSilu>(x, bias, y, rows, cols, stream);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void launch_bias_act(const T* x, const T* bias, T* y, int64_t rows, int64_t cols,
+                     Activation act, cudaStream_t stream) {
+  constexpr int kVec = vec16_elems<T>();
+  const bool vec_ok = aligned16(x) && aligned16(bias) && aligned16(y) &&
+                      (cols * static_cast<int64_t>(sizeof(T))) % kVecBytes == 0;
+  if (vec_ok) {
+    launch_bias_act_vec<T, kVec>(x, bias, y, rows, cols, act, stream);
+  } else {
+    launch_bias_act_vec<T, 1>(x, bias, y, rows, cols, act, stream);
+  }
+}
+
+#define KA_INSTANTIATE_BIAS_ACT(T)                                                       \
+  template void launch_bias_act<T>(const T*, const T*, T*, int64_t, int64_t, Activation, \
+                                   cudaStream_t);
+
+KA_INSTANTIATE_BIAS_ACT(float)
+KA_INSTANTIATE_BIAS_ACT(double)
+KA_INSTANTIATE_BIAS_ACT(__half)
+KA_INSTANTIATE_BIAS_ACT(__nv_bfloat16)
+#undef KA_INSTANTIATE_BIAS_ACT
+
+}  // namespace ka

@@ -1,0 +1,135 @@
+// Device helpers shared by the .cu files: element conversions, 16-byte vectors, math
+// overloads for the accumulation type, warp and block reductions. Included only by nvcc.
+//
+// Torch builds extensions with __CUDA_NO_HALF_OPERATORS__ / __CUDA_NO_HALF_CONVERSIONS__ /
+// __CUDA_NO_BFLOAT16_CONVERSIONS__, so every fp16/bf16 conversion here is explicit.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "launchers.h"
+
+namespace ka {
+
+constexpr int kWarpSize = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kVecBytes = 16;  // one 128-bit load or store per thread
+
+// N elements loaded or stored as one access; N * sizeof(T) == 16 gives ld/st.v4.
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+template <typename T>
+constexpr int vec16_elems() {
+  return kVecBytes / static_cast<int>(sizeof(T));
+}
+
+__host__ __device__ inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % kVecBytes == 0;
+}
+
+__device__ __forceinline__ float to_acc(float v) { return v; }
+__device__ __forceinline__ double to_acc(double v) { return v; }
+__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// Round-to-nearest-even to T (one rounding from the accumulation type).
+template <typename T>
+__device__ __forceinline__ T from_acc(acc_t<T> v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half from_acc<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// Accurate library functions: the build does not pass --use_fast_math.
+__device__ __forceinline__ float exp_acc(float v) { return expf(v); }
+__device__ __forceinline__ double exp_acc(double v) { return exp(v); }
+__device__ __forceinline__ float erf_acc(float v) { return erff(v); }
+__device__ __forceinline__ double erf_acc(double v) { return erf(v); }
+__device__ __forceinline__ float tanh_acc(float v) { return tanhf(v); }
+__device__ __forceinline__ double tanh_acc(double v) { return tanh(v); }
+__device__ __forceinline__ float sqrt_acc(float v) { return sqrtf(v); }
+__device__ __forceinline__ double sqrt_acc(double v) { return sqrt(v); }
+__device__ __forceinline__ float exp2_acc(float v) { return exp2f(v); }  // ex2.approx, 2 ulp
+// a / b within 2 ulp for |b| < 2^126 (0 above, a * 0 for b = inf): for 16-bit outputs only.
+__device__ __forceinline__ float fast_div(float a, float b) { return __fdividef(a, b); }
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <typename T>
+constexpr bool is_16bit() {
+  return sizeof(T) == 2;
+}
+
+// fmax drops a NaN operand; softmax still returns NaN for a row holding one, because
+// exp(NaN - max) makes the row sum NaN.
+__device__ __forceinline__ float max_acc(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double max_acc(double a, double b) { return fmax(a, b); }
+
+template <typename A>
+__device__ __forceinline__ A warp_sum(A v) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    v += __shfl_xor_sync(kFullMask, v, offset);
+  }
+  return v;
+}
+
+template <typename A>
+__device__ __forceinline__ A warp_max(A v) {
+#pragma unroll
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    v = max_acc(v, __shfl_xor_sync(kFullMask, v, offset));
+  }
+  return v;
+}
+
+// Sum or max over the whole block; every thread must call it (it holds barriers) and gets
+// the result. `scratch` holds one value per warp; blockDim.x is a multiple of 32.
+template <bool kMax, typename A>
+__device__ A block_reduce(A v, A* scratch) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int n_warps = blockDim.x / kWarpSize;
+  const A identity = kMax ? static_cast<A>(-INFINITY) : static_cast<A>(0);
+  v = kMax ? warp_max(v) : warp_sum(v);
+  __syncthreads();  // the previous reduction's readers of scratch[0] are done
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    A w = lane < n_warps ? scratch[lane] : identity;
+    w = kMax ? warp_max(w) : warp_sum(w);
+    if (lane == 0) scratch[0] = w;
+  }
+  __syncthreads();
+  return scratch[0];
+}
+
+// Blocks of `kernel` the device holds at once (all SMs); 0 if a query fails, its error then
+// pending for the caller's launch check.
+template <typename Kernel>
+int64_t resident_blocks(Kernel kernel, int threads, size_t smem_bytes) {
+  int device = 0;
+  int sm_count = 0;
+  int per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes) !=
+          cudaSuccess) {
+    return 0;
+  }
+  return static_cast<int64_t>(sm_count) * per_sm;
+}
+
+}  // namespace ka

@@ -1,0 +1,85 @@
+// Softmax over the last dim: y = exp(x - max(x)) / sum(exp(x - max(x))) per row.
+//
+// Bytes per call: rows * cols * sizeof(T) read + the same written (the row cache in shared
+// memory makes the max, sum and write passes read DRAM once). Two exp per element (sum pass
+// and write pass) rather than an online max/sum with three: the exp unit stays well under
+// its limit at DRAM speed.
+//
+// NB: for fp16/bf16 outputs exp(x - max) is exp2(x * log2e - max * log2e), one FFMA and one
+// ex2 (2 ulp): the argument's rounding, |x * log2e| * 2^-24, keeps the relative error near
+// 1e-6 for the terms that matter (x - max > -20), far under half an ulp of fp16 (2.4e-4) or
+// bf16 (2e-3); the library expf costs several times the instructions, which a 16-bit row
+// (twice the elements per byte of fp32) cannot afford at DRAM speed. fp32/fp64 keep exp.
+#include "launchers.h"
+#include "rowwise.h"
+
+namespace ka {
+namespace {
+
+// exp(a - row_max) in the accumulation type.
+template <typename T>
+struct ShiftedExp {
+  acc_t<T> row_max;
+  __device__ acc_t<T> operator()(acc_t<T> a) const {
+    if constexpr (is_16bit<T>()) {
+      return exp2_acc(fmaf(a, kLog2e, -row_max * kLog2e));
+    } else {
+      return exp_acc(a - row_max);
+    }
+  }
+};
+
+template <typename T>
+struct SoftmaxRow {
+  using elem_t = T;
+  const T* x;
+  T* y;
+
+  bool aligned16() const { return ka::aligned16(x) && ka::aligned16(y); }
+
+  template <int VEC, typename G>
+  __device__ void run(const G& g, const RowView<T, VEC>& row, acc_t<T>* scratch) const {
+    using A = acc_t<T>;
+    using V = Vec<T, VEC>;
+    A row_max = static_cast<A>(-INFINITY);
+    g.first_pass(row, [&](int i, const V& v) {
+      if (row.cache != nullptr) row.cache[i] = v;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) row_max = max_acc(row_max, to_acc(v.v[j]));
+    });
+    row_max = g.max(row_max, scratch);
+
+    const ShiftedExp<T> shifted_exp{row_max};
+    A row_sum = 0;
+    g.later_pass(row, [&](int, const V& v) {
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) row_sum += shifted_exp(to_acc(v.v[j]));
+    });
+    row_sum = g.sum(row_sum, scratch);
+
+    const A inv_sum = static_cast<A>(1) / row_sum;
+    g.later_pass(row, [&](int i, const V& v) {
+      V out;
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        out.v[j] = from_acc<T>(shifted_exp(to_acc(v.v[j])) * inv_sum);
+      }
+      row.y[i] = out;
+    });
+  }
+};
+
+}  // namespace
+
+template <typename T>
+void launch_softmax(const T* x, T* y, int64_t rows, int64_t cols, cudaStream_t stream) {
+  launch_rows(SoftmaxRow<T>{x, y}, rows, cols, stream);
+}
+
+template void launch_softmax<float>(const float*, float*, int64_t, int64_t, cudaStream_t);
+template void launch_softmax<double>(const double*, double*, int64_t, int64_t, cudaStream_t);
+template void launch_softmax<__half>(const __half*, __half*, int64_t, int64_t, cudaStream_t);
+template void launch_softmax<__nv_bfloat16>(const __nv_bfloat16*, __nv_bfloat16*, int64_t,
+                                            int64_t, cudaStream_t);
+
+}  // namespace ka
