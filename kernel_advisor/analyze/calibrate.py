@@ -1,4 +1,5 @@
-"""Measure what this machine achieves: copy bandwidth and matmul FLOP/s per compute path.
+"""Measure what this machine achieves: copy bandwidth and matmul FLOP/s per compute path,
+and, with several GPUs, the all-reduce bus bandwidth between them.
 
 Datasheet peaks are upper bounds nobody reaches (an H200 copies at ~89% of its 4.8 TB/s);
 judging kernels against them overstates headroom. `calibrate` measures the achievable
@@ -22,6 +23,7 @@ from kernel_advisor.analyze.ceilings import (
     CACHE_SCHEMA_VERSION, MeasuredCeilings, cache_file,
 )
 from kernel_advisor.collect.environment import device_info
+from kernel_advisor.distributed.comms import algbw_bytes_per_s, busbw_bytes_per_s
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
 
 MIB = 2**20
@@ -62,23 +64,38 @@ class Measurement:
 
 
 @dataclass(frozen=True)
+class AllReduceMeasurement:
+    """One all-reduce across every visible GPU (NCCL), in nccl-tests' terms."""
+
+    world_size: int
+    size_bytes: int  # message size: the buffer each GPU reduces
+    median_s: float  # one all-reduce
+    algbw_bytes_per_s: float  # size / time
+    busbw_bytes_per_s: float  # algbw x 2(n-1)/n: comparable with the per-direction link speed
+
+
+@dataclass(frozen=True)
 class Calibration:
     measured: MeasuredCeilings
     measurements: tuple[Measurement, ...]
     created: str
     torch_version: str
+    allreduce: AllReduceMeasurement | None = None  # None: fewer than two GPUs
 
     def to_json(self) -> dict:
         return {**self.measured.to_json(), "created": self.created,
                 "torch": self.torch_version,
-                "measurements": [asdict(m) for m in self.measurements]}
+                "measurements": [asdict(m) for m in self.measurements],
+                "allreduce": asdict(self.allreduce) if self.allreduce else None}
 
     @staticmethod
     def from_json(data: dict) -> "Calibration":
+        allreduce = data.get("allreduce")  # absent in caches written before it was measured
         return Calibration(
             measured=MeasuredCeilings.from_json(data),
             measurements=tuple(Measurement(**m) for m in data["measurements"]),
-            created=str(data["created"]), torch_version=str(data["torch"]))
+            created=str(data["created"]), torch_version=str(data["torch"]),
+            allreduce=AllReduceMeasurement(**allreduce) if allreduce else None)
 
 
 @dataclass(frozen=True)
@@ -229,6 +246,59 @@ def plan_steps(identity: DeviceIdentity, sizes: CalibrationSizes) -> list[tuple[
     return steps
 
 
+# 256 MiB per GPU: far past the message size where NCCL's ring reaches its plateau
+# (~tens of MiB), ~0.7 ms per all-reduce over H200 NVLink.
+ALLREDUCE_BYTES = 256 * MIB
+# The GPU hosts need NVLink SHARP (multicast) off; harmless elsewhere.
+NCCL_SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                 "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def measure_allreduce(n_gpus: int, size_bytes: int = ALLREDUCE_BYTES, warmup: int = 3,
+                      reps: int = 5, batch: int = 10) -> AllReduceMeasurement:
+    """Median time of a bf16 sum all-reduce over GPUs 0..n-1, from one process.
+
+    torch.cuda.nccl drives one NCCL communicator over all the GPUs, so no process group is
+    needed. Each rep times `batch` back-to-back all-reduces between synchronisations, so
+    launch and synchronisation cost is spread over many calls.
+    """
+    from torch.cuda import nccl  # CUDA builds only; imported when there are GPUs to use
+
+    for key, value in NCCL_SAFE_ENV.items():
+        os.environ.setdefault(key, value)  # read by NCCL when the communicator is created
+    numel = max(size_bytes // 2, 1)
+    buffers = [torch.zeros(numel, dtype=torch.bfloat16, device=f"cuda:{i}") for i in range(n_gpus)]
+
+    def sync_all() -> None:
+        for i in range(n_gpus):
+            torch.cuda.synchronize(i)
+
+    for _ in range(warmup):
+        nccl.all_reduce(buffers)
+    sync_all()
+    times_s = []
+    for _ in range(reps):
+        t0_s = time.perf_counter()
+        for _ in range(batch):
+            nccl.all_reduce(buffers)
+        sync_all()
+        times_s.append((time.perf_counter() - t0_s) / batch)
+    median_s = statistics.median(times_s)
+    size_bytes = numel * 2
+    return AllReduceMeasurement(n_gpus, size_bytes, median_s, algbw_bytes_per_s(size_bytes, median_s),
+                                busbw_bytes_per_s("all_reduce", size_bytes, median_s, n_gpus))
+
+
+def _maybe_allreduce(device_type: str, on_step: Callable[[int, int, str], None]) -> AllReduceMeasurement | None:
+    n_gpus = torch.cuda.device_count() if device_type == "cuda" else 0
+    if n_gpus < 2:
+        return None
+    on_step(0, 1, f"all-reduce {n_gpus} GPUs")
+    result = measure_allreduce(n_gpus)
+    on_step(1, 1, "done")
+    return result
+
+
 def _run_steps(identity: DeviceIdentity, sizes: CalibrationSizes,
                on_step: Callable[[int, int, str], None]) -> list[Measurement]:
     flush_bytes = sizes.flush_bytes or 3 * (identity.l2_bytes or 64 * MIB)
@@ -244,12 +314,15 @@ def _run_steps(identity: DeviceIdentity, sizes: CalibrationSizes,
 
 def calibrate(device: str = "auto", sizes: CalibrationSizes | None = None,
               on_step: Callable[[int, int, str], None] | None = None) -> Calibration:
-    """Measure copy bandwidth and matmul peaks on `device` ("auto" | "cuda" | "cpu")."""
+    """Measure copy bandwidth and matmul peaks on `device` ("auto" | "cuda" | "cpu"), and
+    the all-reduce bus bandwidth when two or more GPUs are visible."""
     device_type = resolve_device(device)
     identity = local_device_identity(device_type)
     sizes = sizes or (GPU_SIZES if device_type == "cuda" else CPU_SIZES)
+    on_step = on_step or (lambda *_: None)
     try:
-        results = _run_steps(identity, sizes, on_step or (lambda *_: None))
+        results = _run_steps(identity, sizes, on_step)
+        allreduce = _maybe_allreduce(device_type, on_step)
     except torch.OutOfMemoryError as e:
         need_gib = (2 * sizes.copy_bytes + 3 * 8 * sizes.fp32_matmul_n**2) / GIB
         raise EnvironmentCapabilityError(
@@ -263,7 +336,7 @@ def calibrate(device: str = "auto", sizes: CalibrationSizes | None = None,
         l2_bytes=identity.l2_bytes, sm_count=identity.sm_count)
     return Calibration(measured, tuple(results),
                        datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                       torch.__version__)
+                       torch.__version__, allreduce)
 
 
 # ---------------------------------------------------------------- the cache

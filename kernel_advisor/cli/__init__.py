@@ -8,6 +8,7 @@ from kernel_advisor.cli.app import app
 # Each module registers its command(s) on `app` when imported.
 _COMMAND_MODULES = (
     "profile", "import_trace", "calibrate", "recommend", "rules", "kernels", "try_kernel",
+    "report", "roofline", "compare",
 )
 for _name in _COMMAND_MODULES:
     try:

@@ -14,6 +14,10 @@ from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
 from kernel_advisor.collect.pipeline import profile_to_run
 from kernel_advisor.collect.profiler import validate_counts
 from kernel_advisor.collect.rundir import default_run_dir, load_run
+from kernel_advisor.distributed.assemble import load_ranks_document
+from kernel_advisor.distributed.launch import DistributedRequest, profile_distributed
+from kernel_advisor.errors import UserInputError
+from kernel_advisor.render.dist_render import collective_table, distributed_json, distributed_line, rank_table
 from kernel_advisor.render.profile_render import hotspot_table, profile_json, summary_line
 
 
@@ -49,9 +53,18 @@ def profile_cmd(
     entry: Annotated[Optional[str], typer.Option(help="Function in the file returning (model, inputs).")] = None,
     seed: Annotated[int, typer.Option(help="Seed for model init and inputs.")] = 0,
     json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")] = False,
+    nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", help="Ranks to launch through torch.distributed.run (one GPU each, NCCL; gloo on CPU). Train mode wraps the model in DDP unless the file defines wrap_distributed(model).")] = 1,
+    fsdp: Annotated[bool, typer.Option("--fsdp", help="With --nproc-per-node > 1 in train mode: shard with FSDP2 instead of DDP.")] = False,
 ) -> None:
     """Profile MODEL on the device, attribute device time to ops, classify each hotspot on the roofline."""
     validate_counts(warmup, steps)
+    if nproc_per_node != 1 or fsdp:
+        _check_distributed_options(nproc_per_node, fsdp, mode)
+        request = DistributedRequest(model=model, entry=entry, device=device.value, mode=mode.value,
+                                     dtype=dtype.value, warmup=warmup, steps=steps, seed=seed,
+                                     nproc_per_node=nproc_per_node, fsdp=fsdp)
+        _profile_distributed(request, out, top, json_out)
+        return
     with mirror_user_nvtx():  # @nvtx.annotate decorators are applied when the file is imported
         loaded = load_model(model, entry=entry, device=device.value, dtype=dtype.value, seed=seed)
     run_dir = out if out is not None else default_run_dir(loaded.path.stem)
@@ -68,3 +81,31 @@ def profile_cmd(
         return
     console.out.print(hotspot_table(run.ops, top, title=f"Top hotspots — {loaded.path.name} on {meta['device']['name']}"))
     console.out.print(summary_line(run.meta, run_dir))
+
+
+def _check_distributed_options(nproc_per_node: int, fsdp: bool, mode: Mode) -> None:
+    if nproc_per_node < 1:
+        raise UserInputError(f"--nproc-per-node must be at least 1 (got {nproc_per_node})",
+                             "use --nproc-per-node 2 (or more) for a distributed run")
+    if fsdp and (nproc_per_node < 2 or mode != Mode.train):
+        raise UserInputError("--fsdp shards training across ranks",
+                             "use it with --mode train --nproc-per-node 2 (or more)")
+
+
+def _profile_distributed(request: DistributedRequest, out: Optional[Path], top: int, json_out: bool) -> None:
+    """Launch the ranks, then show rank 0's hotspots, the per-rank table and the collectives."""
+    run_dir = out if out is not None else default_run_dir(request.model.stem)
+    progress, report = console.step_progress(enabled=not json_out)
+    with progress:
+        run_dir, meta = profile_distributed(request, run_dir, report)
+    run = load_run(run_dir)
+    doc = load_ranks_document(run_dir)
+    if json_out:
+        console.out.print_json(distributed_json(run.meta, run.ops, run_dir, top, doc))
+        return
+    title = f"Top hotspots — rank 0 of {doc['world_size']} — {request.model.name} on {meta['device']['name']}"
+    console.out.print(hotspot_table(run.ops, top, title=title))
+    console.out.print(rank_table(doc))
+    console.out.print(collective_table(doc))
+    console.out.print(summary_line(run.meta, run_dir))
+    console.out.print(distributed_line(run.meta["distributed"]))

@@ -13,8 +13,10 @@ from kernel_advisor.collect.attribute import Attribution, attribute
 from kernel_advisor.collect.environment import device_info, numerics_settings, versions
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.profiler import Capture, Progress, capture, effective_dtype
-from kernel_advisor.collect.rundir import SCHEMA_VERSION, RunWriter, write_json_atomic, write_table
+from kernel_advisor.collect.rundir import (SCHEMA_VERSION, RunWriter, check_writable_target, write_json_atomic,
+                                           write_table)
 from kernel_advisor.collect.trace_reader import TraceData, read_trace
+from kernel_advisor.errors import UserInputError
 
 FILES = {"ops": "ops.csv", "sequence": "sequence.csv", "trace": "trace.json.gz"}
 
@@ -22,18 +24,24 @@ FILES = {"ops": "ops.csv", "sequence": "sequence.csv", "trace": "trace.json.gz"}
 def profile_to_run(loaded: LoadedModel, args: dict, out_dir: Path,
                    progress: Progress | None = None) -> tuple[Path, dict]:
     """Profile, attribute, analyze and write a run; returns (run dir, run.json contents)."""
+    check_writable_target(out_dir)  # before minutes of profiling, not after
     with tempfile.TemporaryDirectory(prefix="advisor-") as work:
         cap = capture(loaded, args["mode"], args["warmup"], args["steps"], Path(work), progress)
         trace = read_trace(cap.trace_path)
         attr = attribute(trace, loaded.device.type)
-        meta = _profile_meta(loaded, args, cap, attr)
+        meta = profile_meta(loaded, args, cap, attr)
         return _write_run(out_dir, attr, meta, cap.trace_path), meta
 
 
 def import_to_run(trace_path: Path, args: dict, out_dir: Path) -> tuple[Path, dict]:
+    check_writable_target(out_dir)
     trace = read_trace(trace_path)
     device_type = "cuda" if len(trace.gpu) else "cpu"
     attr = attribute(trace, device_type)
+    if attr.ops.empty:  # an empty run would read as "0 s, 100 % modelled": say what is wrong instead
+        raise UserInputError(f"{trace_path.name} holds no operator events to attribute",
+                             "export the trace after the profiled steps ran, with record_shapes=True "
+                             "(torch.profiler drops a cycle's events when the cycle ends)")
     meta = _import_meta(trace, trace_path, args, attr, device_type)
     return _write_run(out_dir, attr, meta, trace_path), meta
 
@@ -74,7 +82,7 @@ def _common_meta(attr: Attribution, source: str, args: dict) -> dict:
     }
 
 
-def _profile_meta(loaded: LoadedModel, args: dict, cap: Capture, attr: Attribution) -> dict:
+def profile_meta(loaded: LoadedModel, args: dict, cap: Capture, attr: Attribution) -> dict:
     meta = _common_meta(attr, "profile", args)
     meta.update({
         "model": {"file": str(loaded.path), "sha256": loaded.sha256, "entry": loaded.entry},

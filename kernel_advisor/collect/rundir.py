@@ -6,21 +6,30 @@ interrupted run never becomes `latest`.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pandas as pd
+from pandas.api.types import is_numeric_dtype
 
-from kernel_advisor.errors import UserInputError
+from kernel_advisor.errors import AdvisorError, EnvironmentCapabilityError, UserInputError
 
 SCHEMA_VERSION = 1
 JSON_COLUMNS = ("input_shapes", "input_dtypes", "input_strides", "concrete_inputs", "kernels")
 REQUIRED_FILES = ("run.json", "ops.csv", "sequence.csv")
+# Columns every reader joins on; the full contract is in docs/architecture.md.
+KEY_COLUMNS = {"ops.csv": ("row_id", "name"), "sequence.csv": ("seq", "name")}
+# Columns that must hold numbers when present (a damaged cell turns the whole column into text).
+NUMERIC_COLUMNS = ("row_id", "calls", "device_time_s", "device_time_per_step_s", "mean_device_time_s",
+                   "share_pct", "cpu_time_s", "kernel_count", "mean_kernel_s", "max_blocks", "first_seq",
+                   "seq", "step", "start_us", "flops", "bytes", "intensity", "roofline_s", "headroom_s")
 
 
 def advisor_home() -> Path:
@@ -64,19 +73,34 @@ class RunWriter:
     def __enter__(self) -> Path:
         check_writable_target(self.final)
         shutil.rmtree(self.tmp, ignore_errors=True)
-        self.tmp.mkdir(parents=True)
+        try:
+            self.tmp.mkdir(parents=True)
+        except OSError as e:
+            raise write_error(self.final, e) from None
         return self.tmp
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc_type is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             return False
-        if self.final.exists():  # an empty directory the user named with --out
-            self.final.rmdir()
-        os.replace(self.tmp, self.final)
+        try:
+            if self.final.exists():  # an empty directory the user named with --out
+                self.final.rmdir()
+            os.replace(self.tmp, self.final)
+        except OSError as e:  # e.g. another process created a non-empty directory there meanwhile
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise write_error(self.final, e) from None
         if self.update_latest:
             set_latest(self.final)
         return False
+
+
+def write_error(path: Path, e: OSError) -> AdvisorError:
+    """An OSError while writing `path`, as the error the user can act on."""
+    what = f"cannot write {path}: {e.strerror or e}"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return EnvironmentCapabilityError(what, "free some disk space (or raise the quota) and run again")
+    return UserInputError(what, "choose a writable location (a directory you own, not a file)")
 
 
 def check_writable_target(final: Path) -> None:
@@ -84,6 +108,10 @@ def check_writable_target(final: Path) -> None:
         raise UserInputError(f"output directory {final} already exists and is not empty",
                              "choose a new --out directory or remove the old one")
     parent = final.parent
+    blocker = next((p for p in (parent, *parent.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise UserInputError(f"cannot create {final}: {blocker} is a file, not a directory",
+                             "choose an --out path whose parent directories are directories")
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -105,9 +133,31 @@ def set_latest(run_dir: Path) -> None:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    with atomic_target(path) as tmp:
+        tmp.write_bytes(data)
+
+
+@contextmanager
+def atomic_target(path: Path) -> Iterator[Path]:
+    """`with atomic_target(p) as tmp:` write tmp; it is renamed to p only when the block succeeds.
+
+    Readers see all of the file or none of it. A failure (disk full, interrupt, unwritable
+    directory) removes the temporary file; an OSError becomes the error the user can act on.
+    """
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise write_error(path, e) from None
+        raise
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -127,20 +177,34 @@ def write_table(path: Path, df: pd.DataFrame) -> None:
     for col in JSON_COLUMNS:
         if col in out.columns:
             out[col] = [v if isinstance(v, str) else json.dumps(v) for v in out[col]]
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    out.to_csv(tmp, index=False)
-    os.replace(tmp, path)
+    with atomic_target(path) as tmp:
+        out.to_csv(tmp, index=False)
 
 
 def read_table(path: Path) -> pd.DataFrame:
+    """A table written by write_table; ValueError when it is truncated or holds damaged values."""
+    _check_not_truncated(path)
     df = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    damaged = [c for c in NUMERIC_COLUMNS if c in df.columns and len(df) and not is_numeric_dtype(df[c])]
+    if damaged:
+        raise ValueError(f"{path.name}: non-numeric values in {', '.join(damaged)}")
     for col in JSON_COLUMNS:
         if col in df.columns:
             df[col] = [json.loads(v) if isinstance(v, str) else [] for v in df[col]]
     for col in ("name", "kind", "region", "kernel_file", "verdict", "compute_path"):
         if col in df.columns:
-            df[col] = df[col].fillna("").astype(str)
+            df[col] = df[col].astype(object).fillna("").astype(str)  # an all-empty column reads as float NaN
     return df
+
+
+def _check_not_truncated(path: Path) -> None:
+    # pandas fills a row cut short with NaN without a word; write_table always ends with a newline.
+    with open(path, "rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return  # empty: pandas itself reports "No columns to parse"
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) != b"\n":
+            raise ValueError(f"{path.name} is truncated (its last line is cut short)")
 
 
 def resolve_run(run: str | Path | None = None) -> Path:
@@ -176,6 +240,11 @@ def load_run(path: str | Path) -> Run:
     except (ValueError, pd.errors.ParserError) as e:
         raise UserInputError(f"{path} has a corrupted table: {e}",
                              "profile again to write a fresh run") from None
+    for name, table in (("ops.csv", ops), ("sequence.csv", sequence)):
+        missing = [c for c in KEY_COLUMNS[name] if c not in table.columns]
+        if missing:
+            raise UserInputError(f"{path / name} is not a run table (no {', '.join(missing)} column)",
+                                 "profile again to write a fresh run")
     return Run(path=path, meta=meta, ops=ops, sequence=sequence)
 
 

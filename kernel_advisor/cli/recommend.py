@@ -1,0 +1,83 @@
+"""`advisor recommend [RUN]`: apply the rules to a profiled run; never re-profiles."""
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import torch
+import typer
+from kernel_advisor.cli.app import app, guarded
+from kernel_advisor.cli.console import out
+from kernel_advisor.collect.rundir import load_run, resolve_run, write_json_atomic
+from kernel_advisor.errors import GateExceeded, UserInputError
+from kernel_advisor.recommend.explain import CompileReport, check_compile
+from kernel_advisor.recommend.kernels import registry_kernels
+from kernel_advisor.recommend.report import Report, recommend
+from kernel_advisor.recommend.ruleset import load_rules
+from kernel_advisor.render.recommend_render import render_markdown, render_table, report_to_dict
+
+RESULT_FILE = "recommendations.json"
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    json = "json"
+    markdown = "markdown"
+
+
+def _compile_check(meta: dict) -> CompileReport:
+    model = meta.get("model") or {}
+    file = model.get("file")
+    if not file or not Path(file).is_file():
+        raise UserInputError(f"--check-compile needs the model file, and run.json names {file!r}, "
+                             "which is not here",
+                             "run from the directory you profiled in, or drop --check-compile")
+    ran_on_cuda = (meta.get("device") or {}).get("type") == "cuda"
+    device = "cuda" if ran_on_cuda and torch.cuda.is_available() else "cpu"
+    return check_compile(file, entry=model.get("entry"), device=device)
+
+
+def _emit(report: Report, doc: dict, fmt: OutputFormat) -> None:
+    if fmt is OutputFormat.json:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    elif fmt is OutputFormat.markdown:
+        sys.stdout.write(render_markdown(report))
+    else:
+        render_table(report, out)
+
+
+def _gate(report: Report, limit_pct: float | None) -> None:
+    pct = report.total_saving_pct or 0.0
+    if limit_pct is not None and pct > limit_pct:
+        raise GateExceeded(f"the estimated gain is {pct:.1f} % of the step, above --fail-if-gain-above {limit_pct:g}",
+                           "apply the top recommendations, or raise the limit")
+
+
+@app.command("recommend")
+@guarded
+def recommend_command(
+    run: Annotated[Optional[str], typer.Argument(help="Run directory (default: the latest run).")] = None,
+    rules: Annotated[Optional[list[Path]], typer.Option(
+        "--rules", help="Extra rule file or directory of .yaml files (repeatable).")] = None,
+    fmt: Annotated[OutputFormat, typer.Option("--format", help="Output format.")] = OutputFormat.table,
+    fail_if_gain_above: Annotated[Optional[float], typer.Option(
+        "--fail-if-gain-above", min=0.0, metavar="PCT",
+        help="Exit with code 5 when the estimated total gain is above PCT % of the step (CI gate).")] = None,
+    check_compile_flag: Annotated[bool, typer.Option(
+        "--check-compile", help="Run torch._dynamo.explain on the model and rank graph-break fixes first.")] = False,
+    top: Annotated[int, typer.Option("--top", min=1, help="Hotspots to explain.")] = 10,
+) -> None:
+    """Rank what to do about the hotspots of a profiled run: library, torch.compile, Triton, CUDA, or leave it."""
+    run_dir = resolve_run(run)
+    loaded = load_run(run_dir)
+    kernels = registry_kernels()
+    rule_set = load_rules(rules or (), kernel_ids={k.id for k in kernels})
+    compile_report = _compile_check(loaded.meta) if check_compile_flag else None
+    report = recommend(loaded.ops, loaded.sequence, loaded.meta, rule_set, kernels, compile_report, top)
+    doc = report_to_dict(report, str(run_dir))
+    write_json_atomic(Path(run_dir) / RESULT_FILE, doc)
+    _emit(report, doc, fmt)
+    _gate(report, fail_if_gain_above)

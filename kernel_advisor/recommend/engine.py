@@ -1,0 +1,199 @@
+"""Apply rules to a run: evidence → conditions → gain → ranked recommendations.
+
+Ranking is by estimated time saved per step. Savings are Amdahl-consistent: each
+recommendation says which op rows its saving comes from, the total keeps the largest
+saving per row (two fixes of one op cannot both remove its time) and adds the rows up.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+from reference_kernels.registry import KernelSpec
+
+from kernel_advisor.recommend.conditions import Check, Range, evaluate
+from kernel_advisor.recommend.evidence import RunContext, run_context
+from kernel_advisor.recommend.explain import CompileReport
+from kernel_advisor.recommend.gain import EXPOSED_COMM, HOST_GAPS, GainEstimate, estimate_gain, evidence_with_gain
+from kernel_advisor.recommend.kernels import resolve_kernel, try_kernel_command
+from kernel_advisor.recommend.messages import fill_message
+from kernel_advisor.recommend.schema import LADDER, Rule
+from kernel_advisor.recommend.subjects import Subject, Subjects, build_subjects
+
+# A leave-it verdict on an op stops the rungs that mean new kernels or compilation for it;
+# library rungs (a flag, a fused op) stay: they change the roof instead of chasing it.
+SUPPRESSED_BY_LEAVE_IT = ("compile", "triton", "cuda")
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    rule_id: str
+    title: str
+    tier: str
+    scope: str
+    subject: str  # Subject.key
+    label: str  # what it is about, for people: an op name, a pattern's op chain, "whole step"
+    message: str
+    saving_per_step_s: float | None
+    saving_pct: float | None
+    row_saving_per_step_s: Mapping[str, float] = field(hash=False)
+    gain_model: str = "none"
+    gain_basis: str = ""
+    evidence: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    checks: tuple[Check, ...] = ()
+    kernel_id: str | None = None
+    command: str | None = None
+    references: tuple[str, ...] = ()
+    caveats: tuple[str, ...] = ()
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Everything the rules were applied to, kept for explanations (hotspots)."""
+
+    ctx: RunContext
+    ops: pd.DataFrame
+    rules: tuple[Rule, ...]
+    subjects: Subjects
+    kernels: tuple[KernelSpec, ...]
+
+
+def _label(subject: Subject) -> str:
+    ev = subject.evidence
+    return {"op": ev.get("name", ""), "pattern": f"{ev.get('pattern')}: {ev.get('names')}",
+            "run": "whole step"}[subject.scope]
+
+
+def evaluate_rule(engine: Engine, rule: Rule, subject: Subject) -> tuple[tuple[Check, ...], KernelSpec | None]:
+    """The rule's checks on one subject, plus the implicit 'a kernel covers it' check."""
+    checks = evaluate(rule.conditions, subject.evidence)
+    if rule.kernel is None:
+        return checks, None
+    spec = resolve_kernel(rule, subject.scope, subject.evidence, engine.ctx, engine.kernels)
+    want = "a bundled kernel" if rule.kernel == "auto" else f"kernel '{rule.kernel}'"
+    found = spec.id if spec else None
+    return checks + (Check("kernel", f"{want} covering it (dtype, capability)", found, spec is not None),), spec
+
+
+def _recommend(engine: Engine, rule: Rule, subject: Subject, checks: tuple[Check, ...],
+               spec: KernelSpec | None) -> Recommendation:
+    ctx = engine.ctx
+    gain: GainEstimate = estimate_gain(rule.gain, subject, ctx, engine.ops)
+    evidence = evidence_with_gain(dict(subject.evidence), gain, ctx)
+    command = None
+    if spec is not None:
+        command = try_kernel_command(ctx.model_file, spec.id)
+        evidence.update(kernel_id=spec.id, kernel_title=spec.title, try_kernel_command=command)
+    return Recommendation(
+        rule_id=rule.id, title=rule.title, tier=rule.tier, scope=rule.scope, subject=subject.key,
+        label=_label(subject), message=fill_message(rule.message, evidence, rule.scope),
+        saving_per_step_s=gain.saving_per_step_s, saving_pct=evidence["gain_pct"],
+        row_saving_per_step_s=dict(gain.row_saving_per_step_s), gain_model=rule.gain.model,
+        gain_basis=gain.basis, evidence=evidence, checks=checks, kernel_id=spec.id if spec else None,
+        command=command, references=rule.references, caveats=rule.caveats,
+        source=f"{rule.source}:{rule.line}")
+
+
+def claims_nothing(rec: Recommendation) -> bool:
+    """A rule whose gain model found nothing to save on this subject: not worth a line."""
+    return rec.gain_model != "none" and rec.saving_per_step_s is not None and rec.saving_per_step_s <= 0
+
+
+def _fired(engine: Engine) -> list[Recommendation]:
+    out = []
+    for rule in engine.rules:
+        for subject in engine.subjects.of_scope(rule.scope):
+            checks, spec = evaluate_rule(engine, rule, subject)
+            if all(c.ok for c in checks):
+                rec = _recommend(engine, rule, subject, checks, spec)
+                if not claims_nothing(rec):
+                    out.append(rec)
+    return out
+
+
+def split_suppressed(recs: Sequence[Recommendation]) -> tuple[list[Recommendation], list[Recommendation]]:
+    """(kept, suppressed): op recommendations of new-kernel tiers on rows a leave-it rule closed."""
+    closed = {r.subject for r in recs if r.tier == "leave-it" and r.scope == "op"}
+    kept, dropped = [], []
+    for r in recs:
+        suppressed = r.scope == "op" and r.subject in closed and r.tier in SUPPRESSED_BY_LEAVE_IT
+        (dropped if suppressed else kept).append(r)
+    return kept, dropped
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rule's recommendations on every subject it fired on, ranked as one line."""
+
+    rule_id: str
+    title: str
+    tier: str
+    recommendations: tuple[Recommendation, ...]  # largest saving first
+    saving_per_step_s: float | None  # union over its rows; None when no subject could be estimated
+    saving_pct: float | None
+    rank: int = 0
+
+
+def _is_blocker(rule: Rule) -> bool:
+    """A compile rule that fires on graph breaks: it must be done before any other compile rung."""
+    rng = rule.conditions.get("graph_breaks")
+    return rule.tier == "compile" and isinstance(rng, Range) and (rng.min or 0) >= 1
+
+
+def _finding(recs: list[Recommendation], ctx: RunContext) -> Finding:
+    recs = sorted(recs, key=lambda r: (-(r.saving_per_step_s or 0.0), r.subject))
+    known = [r for r in recs if r.saving_per_step_s is not None]
+    rows: dict[str, float] = {}
+    for r in known:
+        for row, s in r.row_saving_per_step_s.items():
+            rows[row] = max(rows.get(row, 0.0), s)
+    saving = sum(rows.values()) if known else None
+    pct = 100.0 * saving / ctx.step_s if saving is not None and ctx.step_s > 0 else None
+    head = recs[0]
+    return Finding(head.rule_id, head.title, head.tier, tuple(recs), saving, pct)
+
+
+def rank_findings(recs: Iterable[Recommendation], rules: Sequence[Rule], ctx: RunContext) -> list[Finding]:
+    """By saving, leave-it last; a graph-break blocker goes right before the first compile finding."""
+    by_rule: dict[str, list[Recommendation]] = {}
+    for r in recs:
+        by_rule.setdefault(r.rule_id, []).append(r)
+    tier_order = {t: i for i, t in enumerate(LADDER)}
+    ordered = sorted((_finding(v, ctx) for v in by_rule.values()),
+                     key=lambda f: (f.tier == "leave-it", -(f.saving_per_step_s or 0.0),
+                                    tier_order.get(f.tier, 9), f.rule_id))
+    blockers = {r.id for r in rules if _is_blocker(r)}
+    first = [f for f in ordered if f.rule_id in blockers]
+    rest = [f for f in ordered if f.rule_id not in blockers]
+    if first:
+        at = next((i for i, f in enumerate(rest) if f.tier == "compile"), None)
+        if at is None:
+            at = next((i for i, f in enumerate(rest) if f.tier == "leave-it"), len(rest))
+        rest[at:at] = first
+    return [replace(f, rank=i + 1) for i, f in enumerate(rest)]
+
+
+def union_saving(recs: Iterable[Recommendation], subjects: Subjects) -> dict[str, float]:
+    """Per row, the largest saving any recommendation claims, capped at the row's own time."""
+    caps = {str(r): t for r, t in subjects.run.row_time_per_step_s.items()}
+    caps[HOST_GAPS] = subjects.run.evidence.get("host_gap_per_step_s") or 0.0
+    caps[EXPOSED_COMM] = subjects.run.evidence.get("exposed_comm_s") or 0.0
+    best: dict[str, float] = {}
+    for rec in recs:
+        for row, s in rec.row_saving_per_step_s.items():
+            best[row] = min(max(best.get(row, 0.0), s), caps.get(row, s))
+    return best
+
+
+def build_engine(ops: pd.DataFrame, sequence: pd.DataFrame, meta: Mapping[str, Any], rules: Sequence[Rule],
+                 kernels: Sequence[KernelSpec] = (), compile_report: CompileReport | None = None) -> Engine:
+    ctx = run_context(meta)
+    subjects = build_subjects(ops, sequence, ctx, compile_report)
+    return Engine(ctx, ops, tuple(rules), subjects, tuple(kernels))
+
+
+def run_rules(engine: Engine) -> tuple[list[Recommendation], list[Recommendation]]:
+    """(recommendations that stand, those a leave-it verdict suppressed)."""
+    return split_suppressed(_fired(engine))

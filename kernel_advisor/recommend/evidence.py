@@ -1,0 +1,182 @@
+"""Evidence: the named values conditions test and messages quote, per op row and per run.
+
+Values are SI (seconds, bytes, fractions). The display fields a message template may use
+(`time_per_step_ms`, `efficiency_pct`, ...) are derived in `message_fields`, nowhere else.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+            "aten::addbmm", "aten::_addmm_activation")
+CONV_OPS = ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution",
+            "aten::cudnn_convolution", "aten::conv_transpose1d", "aten::conv_transpose2d",
+            "aten::conv_transpose3d", "aten::mkldnn_convolution")
+ITEMSIZE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
+                  "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+                  "complex64": 8, "complex128": 16}
+# run.json "distributed" numbers a run-scope rule may test (absent for a single process).
+DISTRIBUTED_KEYS = ("world_size", "straggler_ratio", "exposed_comm_s", "exposed_comm_pct", "max_comm_wait_s",
+                    "max_comm_wait_pct", "waited_for_rank", "overlap_frac", "allreduce_count",
+                    "mean_allreduce_bytes", "busbw_frac_of_ceiling")
+FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64", "float8_e4m3fn", "float8_e5m2")
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What every rule may read about the run as a whole."""
+
+    steps: int
+    step_s: float  # wall time of one step (unprofiled when measured): the Amdahl denominator
+    device_time_per_step_s: float
+    device_busy_per_step_s: float
+    device_type: str
+    device_name: str
+    capability: tuple[int, int] | None
+    settings: Mapping[str, Any]
+    ceilings: Mapping[str, Any]
+    model_file: str | None
+    mode: str
+    distributed: Mapping[str, Any]  # run.json "distributed" (docs/distributed.md); {} for one process
+
+
+def _mean(values: Any) -> float | None:
+    vals = [float(v) for v in values or () if isinstance(v, (int, float))]
+    return sum(vals) / len(vals) if vals else None
+
+
+def run_context(meta: Mapping[str, Any]) -> RunContext:
+    steps = max(int(meta.get("steps") or 1), 1)
+    device = meta.get("device") or {}
+    device_per_step_s = float(meta.get("total_device_time_s") or 0.0) / steps
+    busy_s = meta.get("device_busy_s")
+    busy_per_step_s = float(busy_s) / steps if busy_s is not None else device_per_step_s
+    # NB: the unprofiled wall time is the real step; profiler overhead only inflates host time.
+    step_s = _mean(meta.get("unprofiled_step_wall_s")) or _mean(meta.get("step_wall_s")) or device_per_step_s
+    cap = device.get("capability")
+    settings = dict(meta.get("settings") or {})
+    mode = settings.get("mode") or (meta.get("args") or {}).get("mode") or "inference"
+    settings.setdefault("mode", mode)
+    return RunContext(
+        steps=steps, step_s=step_s, device_time_per_step_s=device_per_step_s,
+        device_busy_per_step_s=busy_per_step_s, device_type=str(device.get("type") or "cpu"),
+        device_name=str(device.get("name") or ""), capability=tuple(cap) if cap else None,
+        settings=settings, ceilings=dict(meta.get("ceilings") or {}),
+        model_file=(meta.get("model") or {}).get("file"), mode=mode,
+        distributed=dict(meta.get("distributed") or {}))
+
+
+def run_evidence(ctx: RunContext, ops: Any) -> dict[str, Any]:
+    kernel_count = float(ops["kernel_count"].sum()) if len(ops) and "kernel_count" in ops else 0.0
+    with_kernels = ops[ops["kernel_count"] > 0] if kernel_count else ops.iloc[:0]
+    kernel_time_s = float(with_kernels["device_time_s"].sum()) if len(with_kernels) else 0.0
+    gap_s = max(0.0, ctx.step_s - ctx.device_busy_per_step_s)
+    return {
+        "device_type": ctx.device_type, "device_name": ctx.device_name,
+        "capability": list(ctx.capability) if ctx.capability else None,
+        "settings": dict(ctx.settings), "mode": ctx.mode, "steps": ctx.steps, "step_s": ctx.step_s,
+        "device_time_per_step_s": ctx.device_time_per_step_s,
+        "kernels_per_step": kernel_count / ctx.steps,
+        "run_mean_kernel_s": kernel_time_s / kernel_count if kernel_count else None,
+        "device_busy_frac": ctx.device_busy_per_step_s / ctx.step_s if ctx.step_s > 0 else None,
+        "host_gap_per_step_s": gap_s, "host_gap_frac": gap_s / ctx.step_s if ctx.step_s > 0 else None,
+        "graph_breaks": None, "graph_break_reasons": None, "model_file": ctx.model_file or "MODEL.py",
+        **{k: ctx.distributed.get(k) for k in DISTRIBUTED_KEYS},
+    }
+
+
+def _num(row: Mapping[str, Any], key: str) -> float | None:
+    value = row.get(key)
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(out) else out
+
+
+def decoded(value: Any) -> Any:
+    """A JSON column value whether or not the run loader already decoded it."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value) if value else []
+        except json.JSONDecodeError:
+            return []
+    return value if isinstance(value, list) else []
+
+
+def primary_dtype(dtypes: Any) -> str | None:
+    names = [d for d in decoded(dtypes) if isinstance(d, str) and d not in ("", "scalar")]
+    floats = [d for d in names if d in FLOAT_DTYPES]
+    return (floats or names or [None])[0]
+
+
+def alignment_dims(name: str, shapes: Any) -> dict[str, int] | None:
+    """The dims tensor-core alignment depends on: K and N of a GEMM, channels of a conv."""
+    tensors = [s for s in decoded(shapes) if isinstance(s, list) and all(isinstance(d, int) for d in s)]
+    a, b = _gemm_operands(name, tensors)
+    if a is not None and b is not None and len(a) >= 1 and len(b) >= 1:
+        if name == "aten::linear":  # weight is [N, K]
+            return {"K": b[-1], "N": b[0]} if len(b) == 2 else None
+        return {"K": a[-1], "N": b[-1]} if len(b) >= 2 else {"K": a[-1]}
+    if name in CONV_OPS and len(tensors) >= 2 and len(tensors[0]) >= 3 and len(tensors[1]) >= 3:
+        return {"C_in": tensors[0][1], "C_out": tensors[1][0]}
+    return None
+
+
+def _gemm_operands(name: str, tensors: list[list[int]]) -> tuple[list[int] | None, list[int] | None]:
+    if name not in GEMM_OPS:
+        return None, None
+    # addmm/baddbmm/addbmm(bias, a, b); the others (a, b[, bias])
+    first = 1 if name in ("aten::addmm", "aten::baddbmm", "aten::addbmm") else 0
+    if len(tensors) < first + 2:
+        return None, None
+    return tensors[first], tensors[first + 1]
+
+
+def memory_format(name: str, shapes: Any, strides: Any) -> str | None:
+    if name not in CONV_OPS:
+        return None
+    shapes, strides = decoded(shapes), decoded(strides)
+    if not shapes or not strides or len(shapes[0]) != 4 or len(strides[0]) != 4:
+        return None
+    n, c, h, w = shapes[0]
+    if list(strides[0]) == [c * h * w, h * w, w, 1]:
+        return "contiguous"
+    if list(strides[0]) == [h * w * c, 1, w * c, c]:
+        return "channels_last"
+    return "other"
+
+
+def op_evidence(row: Mapping[str, Any], ctx: RunContext) -> dict[str, Any]:
+    name = str(row.get("name", ""))
+    calls = _num(row, "calls") or 0.0
+    kernels = _num(row, "kernel_count") or 0.0
+    time_s = _num(row, "device_time_s") or 0.0
+    headroom_s = _num(row, "headroom_s")
+    dims = alignment_dims(name, row.get("input_shapes"))
+    return {
+        "row_id": int(row.get("row_id", -1)), "name": name, "kind": str(row.get("kind") or "op"),
+        "verdict": str(row.get("verdict") or "unknown"), "dtype": primary_dtype(row.get("input_dtypes")),
+        "compute_path": str(row.get("compute_path") or "") or None, "region": str(row.get("region") or ""),
+        "input_shapes": json.dumps(decoded(row.get("input_shapes"))),
+        "share_pct": _num(row, "share_pct"), "efficiency_frac": _num(row, "efficiency_frac"),
+        "calls": calls, "calls_per_step": calls / ctx.steps, "time_per_step_s": time_s / ctx.steps,
+        "mean_device_time_s": _num(row, "mean_device_time_s"),
+        "mean_kernel_s": _num(row, "mean_kernel_s") if kernels else None,
+        "kernels_per_call": kernels / calls if calls else None,
+        "intensity": _num(row, "intensity"), "max_blocks": _num(row, "max_blocks"),
+        "flops": _num(row, "flops"), "bytes": _num(row, "bytes"), "roofline_s": _num(row, "roofline_s"),
+        "headroom_per_step_s": headroom_s / ctx.steps if headroom_s is not None else None,
+        "achieved_flops_per_s": _num(row, "achieved_flops_per_s"),
+        "achieved_bytes_per_s": _num(row, "achieved_bytes_per_s"),
+        "bandwidth_bytes_per_s": _num(row, "bandwidth_bytes_per_s"),
+        "peak_flops_per_s": _num(row, "peak_flops_per_s"),
+        "alignment_dims": dims,
+        "gemm_dims": ", ".join(f"{k}={v}" for k, v in (dims or {}).items()),
+        "memory_format": memory_format(name, row.get("input_shapes"), row.get("input_strides")),
+    }

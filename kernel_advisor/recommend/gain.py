@@ -1,0 +1,163 @@
+"""Gain models: how much device (or host) time per step a recommendation could save.
+
+Every estimate says how it was computed (`basis`) and which op rows the saving comes
+from, so the engine can take the per-row maximum across recommendations (Amdahl: two
+fixes of the same op cannot both remove its time) and total the union.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+
+from kernel_advisor.recommend.evidence import RunContext
+from kernel_advisor.recommend.schema import GainSpec
+from kernel_advisor.recommend.subjects import Subject
+
+HOST_GAPS = "host-gaps"  # pseudo-row: device idle time between kernels, what CUDA graphs remove
+EXPOSED_COMM = "exposed-comm"  # pseudo-row: communication no compute hides (distributed runs)
+
+
+@dataclass(frozen=True)
+class GainEstimate:
+    saving_per_step_s: float | None  # None: this run lacks what the model needs
+    row_saving_per_step_s: Mapping[str, float]
+    basis: str
+
+
+def _unknown(why: str) -> GainEstimate:
+    return GainEstimate(None, {}, f"not estimated: {why}")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"
+
+
+def _apportion(subject: Subject, saving_s: float) -> dict[str, float]:
+    """Split a saving over the rows a subject touches, in proportion to their time."""
+    total = sum(subject.row_time_per_step_s.values())
+    if total <= 0 or saving_s <= 0:
+        return {}
+    return {str(r): saving_s * t / total for r, t in subject.row_time_per_step_s.items() if t > 0}
+
+
+def _none(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame) -> GainEstimate:
+    return GainEstimate(0.0, {}, "no time saving claimed")
+
+
+def _roofline(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame) -> GainEstimate:
+    target = spec.target_efficiency_frac
+    rooflines = dict(zip(ops["row_id"].astype(int), ops["roofline_s"])) if "roofline_s" in ops else {}
+    rows: dict[str, float] = {}
+    floor_total = 0.0
+    for row_id, time_s in subject.row_time_per_step_s.items():
+        roof = rooflines.get(row_id)
+        if roof is None or not math.isfinite(float(roof)):
+            return _unknown(f"row {row_id} has no roofline (unmodelled op)")
+        # NB: a replacement kernel is assumed to reach `target` of the roofline, no more.
+        floor_s = subject.row_calls_per_step[row_id] * float(roof) / target
+        floor_total += floor_s
+        if time_s > floor_s:
+            rows[str(row_id)] = time_s - floor_s
+    saving = sum(rows.values())
+    spent = sum(subject.row_time_per_step_s.values())
+    return GainEstimate(saving, rows, f"{_ms(spent)} measured − {_ms(floor_total)} at "
+                                      f"{target:.0%} of the roofline")
+
+
+def _fusion_bytes(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame) -> GainEstimate:
+    ev = subject.evidence
+    removed, bw = ev.get("intermediate_bytes_per_step") or 0.0, ev.get("bandwidth_bytes_per_s")
+    if not bw:
+        return _unknown("no memory bandwidth ceiling on these rows (unmodelled ops)")
+    spent = ev["time_per_step_s"]
+    saving = removed / bw
+    basis = f"{removed / 1e6:.3g} MB of intermediates written and re-read / {bw / 1e9:.0f} GB/s"
+    min_bytes = ev.get("min_bytes_per_step")
+    if min_bytes is not None:
+        # NB: the fused kernel still moves what the chain needs minus what it no longer writes.
+        cap = spent - max(0.0, min_bytes - removed) / bw
+        if cap < saving:
+            saving, basis = cap, basis + f", capped at {_ms(spent)} − fused roofline"
+    saving = max(0.0, min(saving, spent))
+    return GainEstimate(saving, _apportion(subject, saving), basis)
+
+
+def _fraction(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame) -> GainEstimate:
+    spent = sum(subject.row_time_per_step_s.values())
+    saving = spec.value * spent
+    return GainEstimate(saving, _apportion(subject, saving), f"{spec.value:.0%} of {_ms(spent)}")
+
+
+def target_peak_flops_per_s(ctx: RunContext, ops: pd.DataFrame, path: str) -> float | None:
+    """The ceiling of compute path `path`: run.json ceilings, else a row that ran on that path."""
+    peaks = ctx.ceilings.get("peak_flops_per_s")
+    if isinstance(peaks, Mapping) and isinstance(peaks.get(path), (int, float)):
+        return float(peaks[path])
+    if "compute_path" in ops and "peak_flops_per_s" in ops:
+        on_path = ops.loc[ops["compute_path"] == path, "peak_flops_per_s"].dropna()
+        if len(on_path):
+            return float(on_path.iloc[0])
+    return None
+
+
+def _precision(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame) -> GainEstimate:
+    ev, path = subject.evidence, spec.target_path
+    need = ("flops", "bytes", "peak_flops_per_s", "bandwidth_bytes_per_s", "mean_device_time_s")
+    missing = [k for k in need if not ev.get(k)]
+    if missing:
+        return _unknown(f"missing {', '.join(missing)} (unmodelled op?)")
+    peak_new = target_peak_flops_per_s(ctx, ops, path)
+    if peak_new is None:
+        return _unknown(f"no {path} ceiling in run.json")
+    memory_s = ev["bytes"] / ev["bandwidth_bytes_per_s"]
+    old_roof_s = max(ev["flops"] / ev["peak_flops_per_s"], memory_s)
+    new_roof_s = max(ev["flops"] / peak_new, memory_s)
+    # NB: the kernel keeps its efficiency against the roofline on the new path; only the
+    # compute roof moves, so a memory-bound op gains nothing.
+    new_mean_s = ev["mean_device_time_s"] * new_roof_s / old_roof_s
+    saving = max(0.0, ev["mean_device_time_s"] - new_mean_s) * ev["calls_per_step"]
+    basis = (f"roofline {old_roof_s * 1e6:.3g} → {new_roof_s * 1e6:.3g} µs per call "
+             f"({ev.get('compute_path')} {ev['peak_flops_per_s'] / 1e12:.3g} → {path} {peak_new / 1e12:.3g} TFLOP/s), "
+             "same efficiency")
+    return GainEstimate(saving, {str(ev["row_id"]): saving} if saving > 0 else {}, basis)
+
+
+def _tf32(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame) -> GainEstimate:
+    return _precision(GainSpec(model="precision", target_path="tf32"), subject, ctx, ops)
+
+
+def _launch_overhead(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame) -> GainEstimate:
+    gap = subject.evidence.get("host_gap_per_step_s") or 0.0
+    # NB: upper bound: graph replay still costs a few µs per step and kernels keep their time.
+    return GainEstimate(gap, {HOST_GAPS: gap} if gap > 0 else {},
+                        f"device idle {_ms(gap)} per step ({_ms(ctx.step_s)} step − "
+                        f"{_ms(ctx.device_busy_per_step_s)} busy)")
+
+
+def _exposed_comm(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame) -> GainEstimate:
+    exposed = subject.evidence.get("exposed_comm_s")
+    if exposed is None:
+        return _unknown("run.json has no distributed exposed_comm_s")
+    saving = spec.value * exposed
+    return GainEstimate(saving, {EXPOSED_COMM: saving} if saving > 0 else {},
+                        f"{spec.value:.0%} of {_ms(exposed)} exposed communication per step")
+
+
+MODELS: Mapping[str, Callable[[GainSpec, Subject, RunContext, pd.DataFrame], GainEstimate]] = {
+    "none": _none, "roofline": _roofline, "fusion-bytes": _fusion_bytes, "fraction": _fraction,
+    "tf32": _tf32, "precision": _precision, "launch-overhead": _launch_overhead,
+    "exposed-comm": _exposed_comm,
+}
+
+
+def estimate_gain(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame) -> GainEstimate:
+    return MODELS[spec.model](spec, subject, ctx, ops)
+
+
+def evidence_with_gain(evidence: dict[str, Any], gain: GainEstimate, ctx: RunContext) -> dict[str, Any]:
+    saving = gain.saving_per_step_s
+    pct = 100.0 * saving / ctx.step_s if saving is not None and ctx.step_s > 0 else None
+    return {**evidence, "gain_per_step_s": saving, "gain_pct": pct}

@@ -1,0 +1,146 @@
+"""Per hotspot: its verdict, the rung chosen on the ladder, and why cheaper rungs were passed over.
+
+The ladder is library → torch.compile → Triton → custom CUDA. The chosen rung is the
+cheapest one whose best recommendation reaches CHOOSE_FRAC of the best saving any rung
+offers for that op: more effort must buy more time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from kernel_advisor.recommend.conditions import Check
+from kernel_advisor.recommend.engine import Engine, Recommendation, evaluate_rule
+from kernel_advisor.recommend.schema import LADDER, Rule
+from kernel_advisor.recommend.subjects import Subject
+
+CHOOSE_FRAC = 0.8  # NB: a cheaper rung is preferred while it gets 80 % of the best saving
+
+
+@dataclass(frozen=True)
+class Hotspot:
+    row_id: int
+    name: str
+    input_shapes: str
+    share_pct: float | None
+    time_per_step_s: float
+    verdict: str
+    efficiency_frac: float | None
+    chosen_tier: str  # a LADDER tier, "leave-it", or "none"
+    chosen_rule: str | None
+    why: str
+    passed_over: tuple[tuple[str, str], ...]  # (tier, reason), cheapest first
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.3g} ms"
+
+
+def _row_gain(rec: Recommendation, row_id: int) -> float:
+    return rec.row_saving_per_step_s.get(str(row_id), 0.0)
+
+
+def _touches(rec: Recommendation, row_id: int) -> bool:
+    return rec.subject == f"row:{row_id}" or str(row_id) in rec.row_saving_per_step_s
+
+
+def _failing(checks: Sequence[Check]) -> list[Check]:
+    return [c for c in checks if not c.ok]
+
+
+def _describe_miss(rule: Rule, failing: Sequence[Check]) -> str:
+    parts = [f"{c.key} is {_fmt(c.actual)} (needs {c.expected})" for c in failing[:2]]
+    return f"{rule.id}: " + "; ".join(parts)
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return "unknown"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_fmt(v)}" for k, v in value.items())
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _nearest_miss(engine: Engine, tier: str, op: Subject) -> str:
+    """Why no rule of `tier` fired on this op: the rule that came closest, and what failed."""
+    row_id = op.evidence["row_id"]
+    best: tuple[int, str] | None = None
+    for rule in (r for r in engine.rules if r.tier == tier):
+        if rule.scope == "op":
+            checks, _ = evaluate_rule(engine, rule, op)
+            if any(c.key == "ops" and not c.ok for c in checks):
+                continue
+            candidates = [checks]
+        elif rule.scope == "pattern":
+            subjects = [s for s in engine.subjects.patterns if row_id in s.row_time_per_step_s]
+            candidates = [evaluate_rule(engine, rule, s)[0] for s in subjects]
+            candidates = [c for c in candidates if not any(x.key == "pattern" and not x.ok for x in c)]
+            if not candidates:
+                continue
+        else:
+            continue
+        for checks in candidates:
+            failing = _failing(checks)
+            why = _describe_miss(rule, failing) if failing else f"{rule.id} applies but estimates no saving here"
+            if best is None or len(failing) < best[0]:
+                best = (len(failing), why)
+    return best[1] if best else f"no {tier} rule covers {op.evidence['name']}"
+
+
+def _passed_over(engine: Engine, op: Subject, recs: Sequence[Recommendation], tiers: Sequence[str],
+                 best: Recommendation | None, suppressed: Sequence[Recommendation]) -> tuple[tuple[str, str], ...]:
+    row_id = op.evidence["row_id"]
+    out = []
+    for tier in tiers:
+        mine = [r for r in recs if r.tier == tier]
+        muted = [r for r in suppressed if r.tier == tier and r.subject == op.key]
+        if mine and best is not None:
+            top = max(mine, key=lambda r: _row_gain(r, row_id))
+            out.append((tier, f"{top.rule_id} saves {_ms(_row_gain(top, row_id))}, under "
+                              f"{CHOOSE_FRAC:.0%} of {best.rule_id}'s {_ms(_row_gain(best, row_id))}"))
+        elif muted:
+            out.append((tier, f"{muted[0].rule_id} fired but the op is not worth it (leave-it)"))
+        else:
+            out.append((tier, _nearest_miss(engine, tier, op)))
+    return tuple(out)
+
+
+def _choose(recs: Sequence[Recommendation], row_id: int) -> Recommendation | None:
+    positive = [r for r in recs if r.tier in LADDER and _row_gain(r, row_id) > 0]
+    if not positive:
+        return None
+    best = max(_row_gain(r, row_id) for r in positive)
+    for tier in LADDER:
+        good = [r for r in positive if r.tier == tier and _row_gain(r, row_id) >= CHOOSE_FRAC * best]
+        if good:
+            return max(good, key=lambda r: _row_gain(r, row_id))
+    return None
+
+
+def hotspot(engine: Engine, op: Subject, recs: Sequence[Recommendation],
+            suppressed: Sequence[Recommendation]) -> Hotspot:
+    ev, row_id = op.evidence, op.evidence["row_id"]
+    mine = [r for r in recs if _touches(r, row_id)]
+    chosen = _choose(mine, row_id)
+    leave = next((r for r in mine if r.tier == "leave-it" and r.subject == op.key), None)
+    if chosen is not None:
+        best = max((r for r in mine if r.tier in LADDER), key=lambda r: _row_gain(r, row_id))
+        tiers = LADDER[:LADDER.index(chosen.tier)]
+        tier, rule, why = chosen.tier, chosen.rule_id, f"{chosen.title}: saves {_ms(_row_gain(chosen, row_id))}"
+        passed = _passed_over(engine, op, mine, tiers, best, suppressed)
+    elif leave is not None:
+        tier, rule, why, passed = "leave-it", leave.rule_id, leave.title, ()
+    else:
+        tier, rule, why = "none", None, "no rule estimates a saving for this op"
+        passed = _passed_over(engine, op, mine, LADDER, None, suppressed)
+    return Hotspot(row_id=row_id, name=ev["name"], input_shapes=ev.get("input_shapes", "[]"),
+                   share_pct=ev.get("share_pct"),
+                   time_per_step_s=ev["time_per_step_s"], verdict=ev["verdict"],
+                   efficiency_frac=ev.get("efficiency_frac"), chosen_tier=tier, chosen_rule=rule,
+                   why=why, passed_over=passed)
+
+
+def hotspots(engine: Engine, recs: Sequence[Recommendation], suppressed: Sequence[Recommendation],
+             top: int = 10) -> tuple[Hotspot, ...]:
+    ranked = sorted(engine.subjects.ops, key=lambda s: -s.evidence["time_per_step_s"])[:top]
+    return tuple(hotspot(engine, op, recs, suppressed) for op in ranked)

@@ -1,0 +1,296 @@
+"""Op-sequence patterns: naive attention, hand-written RMSNorm, fusible chains, SwiGLU,
+unfused optimizers, and elementwise work next to opaque custom ops.
+
+Detectors read sequence.csv (execution order) one step at a time, after dropping views
+(no data moved) and, on GPU, occurrences that launched nothing. Each match is an Instance
+with the bytes its fusion would stop moving; pattern_groups.py groups them.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import pandas as pd
+
+from kernel_advisor.recommend.evidence import RunContext
+from kernel_advisor.recommend.shapes import TensorArg, base_name, is_aten, is_fusible, link_bytes, tensor_args
+
+VIEW_OPS = frozenset({
+    "view", "reshape", "transpose", "t", "permute", "expand", "expand_as", "as_strided", "_unsafe_view",
+    "slice", "narrow", "select", "split", "split_with_sizes", "chunk", "unbind", "unsqueeze", "squeeze",
+    "detach", "alias", "flatten", "unflatten", "_reshape_alias", "view_as", "numpy_T", "lift_fresh",
+    "result_type", "empty", "empty_like", "empty_strided", "resolve_conj", "resolve_neg", "size", "stride"})
+CASTS = frozenset({"to", "_to_copy", "type_as", "float", "half", "bfloat16", "contiguous", "clone"})
+# Ops that build a mask or scale between QK^T and softmax.
+SCORE_OPS = frozenset({"mul", "div", "add", "sub", "masked_fill", "where", "ones", "zeros", "full", "fill",
+                       "triu", "tril", "arange", "ne", "eq", "lt", "le", "gt", "ge", "logical_not",
+                       "bitwise_not", "copy", "ones_like", "zeros_like", "full_like"}) | CASTS
+POST_SOFTMAX = frozenset({"dropout", "native_dropout", "feature_dropout", "mul", "bernoulli"}) | CASTS
+ATTN_MM = frozenset({"matmul", "bmm"})
+SOFTMAX = frozenset({"softmax", "_softmax", "_safe_softmax"})
+OPTIMIZER_PER_PARAM = frozenset({"addcdiv", "addcmul", "lerp"})
+NOT_CUSTOM_NAMESPACES = ("aten::", "prim::", "profiler::", "cuda::", "c10d::", "autograd::", "torch::")
+MAX_SCORE_GAP, MAX_POST_GAP = 8, 3
+LINK_WINDOW = 8
+
+
+@dataclass(frozen=True)
+class Occ:
+    """One op occurrence from sequence.csv; shapes and dtypes as JSON text (hashable, cacheable)."""
+
+    seq: int
+    step: int
+    name: str
+    row_id: int
+    shapes: str
+    dtypes: str
+    time_s: float
+
+    @property
+    def op(self) -> str:
+        return base_name(self.name)
+
+    @property
+    def record(self) -> tuple[str, str, str]:
+        return self.name, self.shapes, self.dtypes
+
+
+# Rows repeat (every layer, every step): shape arithmetic is done once per pair of records.
+@functools.lru_cache(maxsize=1 << 16)
+def _link(producer: tuple[str, str, str], consumer: tuple[str, str, str]) -> int:
+    return link_bytes(producer, consumer)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _tensors(shapes: str, dtypes: str) -> tuple[TensorArg, ...]:
+    return tuple(tensor_args(shapes, dtypes))
+
+
+def _as_json(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One match: its occurrences and the bytes fusing them would stop moving."""
+
+    pattern: str
+    occs: tuple[Occ, ...]
+    intermediate_bytes: int
+    variant: str = ""
+
+
+def _stream(sequence: pd.DataFrame, device_type: str) -> dict[int, list[Occ]]:
+    """Per step, the occurrences that moved data, in execution order."""
+    steps: dict[int, list[Occ]] = defaultdict(list)
+    if not len(sequence):
+        return steps
+    ordered = sequence.sort_values("seq", kind="stable")
+    records: dict[int, tuple[str, str]] = {}  # row id -> (shapes, dtypes): a row has one of each
+    for r in ordered.itertuples(index=False):
+        name, time_s, row_id = str(r.name), float(r.device_time_s or 0.0), int(r.row_id)
+        if is_aten(name) and base_name(name) in VIEW_OPS:
+            continue
+        if device_type != "cpu" and time_s <= 0.0:
+            continue  # launched nothing on the device: a view, a no-op cast, CPU-side work
+        if row_id not in records:
+            records[row_id] = (_as_json(r.input_shapes), _as_json(r.input_dtypes))
+        shapes, dtypes = records[row_id]
+        steps[int(r.step)].append(Occ(int(r.seq), int(r.step), name, row_id, shapes, dtypes, time_s))
+    return steps
+
+
+def intermediate_bytes(occs: Sequence[Occ]) -> int:
+    """Write + read of every tensor one op in `occs` hands to a later one in `occs`.
+
+    NB: assumes each intermediate has no consumer outside the pattern; one that does must
+    still be written, so this is an upper bound on what fusion removes. The consumer is
+    looked for among the next LINK_WINDOW ops only: producers and consumers sit close
+    together in eager execution order, and long optimizer steps stay linear in time.
+    """
+    total = 0
+    for i, producer in enumerate(occs[:-1]):
+        for consumer in occs[i + 1:i + 1 + LINK_WINDOW]:
+            n = _link(producer.record, consumer.record)
+            if n:
+                total += 2 * n
+                break
+    return total
+
+
+def _instance(pattern: str, occs: Sequence[Occ], variant: str = "") -> Instance:
+    return Instance(pattern, tuple(occs), intermediate_bytes(occs), variant)
+
+
+def _skip(ops: Sequence[Occ], i: int, allowed: frozenset, limit: int) -> int:
+    j = i
+    while j < len(ops) and j - i < limit and ops[j].op in allowed:
+        j += 1
+    return j
+
+
+def _first_tensor_shape(o: Occ) -> tuple[int, ...] | None:
+    args = _tensors(o.shapes, o.dtypes)
+    return args[0].shape if args else None
+
+
+def naive_attention(ops: Sequence[Occ]) -> Iterable[Instance]:
+    """matmul/bmm → [scale/mask] → softmax → [dropout/cast] → matmul/bmm over the same scores."""
+    i = 0
+    while i < len(ops):
+        if ops[i].op not in ATTN_MM:
+            i += 1
+            continue
+        s = _skip(ops, i + 1, SCORE_OPS, MAX_SCORE_GAP)
+        if s >= len(ops) or ops[s].op not in SOFTMAX:
+            i += 1
+            continue
+        m = _skip(ops, s + 1, POST_SOFTMAX, MAX_POST_GAP)
+        scores = _first_tensor_shape(ops[s])
+        if m < len(ops) and ops[m].op in ATTN_MM and scores and _first_tensor_shape(ops[m]) == scores:
+            yield _instance("naive-attention", ops[i:m + 1])
+            i = m + 1
+        else:
+            i += 1
+
+
+# RMSNorm as written by hand: x² → mean → + eps → rsqrt → x·r [→ ·weight] (or sqrt → x / r);
+# each step is (op families, required). Casts (x.float(), .to(dtype)) may sit between steps.
+RMS_STEPS = ((("pow", "square", "mul"), True), (("mean",), True), (("add",), True),
+             (("rsqrt", "sqrt"), True), (("mul", "div"), True), (("mul",), False))
+MAX_CASTS = 2
+
+
+def match_steps(ops: Sequence[Occ], i: int, steps) -> list[int] | None:
+    """Indices of the ops matching `steps` from i (casts skipped between steps), else None."""
+    found: list[int] = []
+    j = i
+    for k, (families, required) in enumerate(steps):
+        at = j if k == 0 else _skip(ops, j, CASTS, MAX_CASTS)
+        if at < len(ops) and ops[at].op in families:
+            found.append(at)
+            j = at + 1
+        elif required:
+            return None
+    return found
+
+
+def _is_rmsnorm(ops: Sequence[Occ], idx: list[int]) -> bool:
+    square, mean, _, root, scale = (ops[k] for k in idx[:5])
+    width = _first_tensor_shape(square)
+    if square.op == "mul" and [a.shape for a in _tensors(square.shapes, square.dtypes)] != [width, width]:
+        return False  # x * x, not any product
+    if (root.op, scale.op) not in (("rsqrt", "mul"), ("sqrt", "div")) or _first_tensor_shape(mean) != width:
+        return False
+    return any(a.shape == width for a in _tensors(scale.shapes, scale.dtypes))
+
+
+def _residual_add(ops: Sequence[Occ], i: int) -> int | None:
+    """Index of the `x + y` right before the RMSNorm starting at i (casts between), else None."""
+    k = i - 1
+    while k >= 0 and i - k <= MAX_CASTS and ops[k].op in CASTS:
+        k -= 1
+    if k >= 0 and ops[k].op == "add" and _link(ops[k].record, ops[k + 1].record):
+        return k
+    return None
+
+
+def rmsnorm_chain(ops: Sequence[Occ]) -> Iterable[Instance]:
+    """pow/square → mean → add(eps) → rsqrt → mul [→ mul weight], casts allowed in between;
+    with the residual add in front of it, also a residual-rmsnorm."""
+    i = 0
+    while i < len(ops):
+        idx = match_steps(ops, i, RMS_STEPS) if ops[i].op in RMS_STEPS[0][0] else None
+        if idx is None or not _is_rmsnorm(ops, idx):
+            i += 1
+            continue
+        yield _instance("rmsnorm-chain", ops[i:idx[-1] + 1])
+        start = _residual_add(ops, i)
+        if start is not None:
+            yield _instance("residual-rmsnorm", ops[start:idx[-1] + 1])
+        i = idx[-1] + 1
+
+
+CHAIN_LOOKBACK = 4  # NB: a chain is a small DAG (x.float() * rsqrt(...)): an op may consume any recent op
+
+
+def elementwise_chains(ops: Sequence[Occ]) -> Iterable[Instance]:
+    """Maximal runs of >= 2 consecutive fusible ops, each consuming a recent op's output."""
+    run: list[Occ] = []
+    for o in list(ops) + [None]:
+        fusible = o is not None and is_fusible(o.name)
+        if fusible and (not run or any(_link(p.record, o.record) for p in run[-CHAIN_LOOKBACK:])):
+            run.append(o)
+            continue
+        if len(run) >= 2:
+            yield _instance("elementwise-chain", run)
+        run = [o] if fusible else []
+
+
+def swiglu(ops: Sequence[Occ]) -> Iterable[Instance]:
+    """silu/gelu(x W1) [→ x W3] → mul: the gated activation a fused kernel computes in one pass.
+    The GEMM in between is not part of it: only the activation's round trip goes away."""
+    for i, o in enumerate(ops):
+        if o.op not in ("silu", "gelu"):
+            continue
+        act = _first_tensor_shape(o)
+        for k in range(i + 1, min(i + 3, len(ops))):
+            if ops[k].op == "mul" and all(a.shape == act for a in _tensors(ops[k].shapes, ops[k].dtypes)):
+                yield _instance("swiglu", (o, ops[k]), variant=o.op)
+                break
+            if base_name(ops[k].name) not in ("linear", "matmul", "mm", "addmm"):
+                break
+
+
+def unfused_optimizer(ops: Sequence[Occ], regions: dict[int, str]) -> Iterable[Instance]:
+    """Per-parameter or foreach optimizer ops in one step, when no fused optimizer ran."""
+    if any(o.op.startswith("_fused_") for o in ops):
+        return
+    picked = [o for o in ops if regions.get(o.seq, "").startswith("Optimizer.step")
+              or o.op.startswith("_foreach_") or o.op in OPTIMIZER_PER_PARAM]
+    if len(picked) >= 2:
+        variant = "foreach" if any(o.op.startswith("_foreach_") for o in picked) else "per-parameter"
+        yield _instance("unfused-optimizer", picked, variant=variant)
+
+
+def is_custom(o: Occ, kinds: dict[int, str]) -> bool:
+    if kinds.get(o.row_id, "op") == "kernel":
+        return not o.name.startswith(("triton_", "nccl", "ncclDevKernel", "Memcpy", "Memset"))
+    return "::" in o.name and not o.name.startswith(NOT_CUSTOM_NAMESPACES)
+
+
+def custom_op_boundary(ops: Sequence[Occ], kinds: dict[int, str]) -> Iterable[Instance]:
+    """An opaque custom op with fusible work linked to it: torch.compile cannot fuse across it."""
+    for i, o in enumerate(ops):
+        if not is_custom(o, kinds):
+            continue
+        lo = i
+        while lo > 0 and is_fusible(ops[lo - 1].name) and _link(ops[lo - 1].record, ops[lo].record):
+            lo -= 1
+        hi = i
+        while hi + 1 < len(ops) and is_fusible(ops[hi + 1].name) and _link(ops[hi].record, ops[hi + 1].record):
+            hi += 1
+        if hi > lo:
+            yield _instance("custom-op-boundary", ops[lo:hi + 1])
+
+
+def _detectors(ctx: RunContext, regions: dict[int, str], kinds: dict[int, str]) -> list[Callable]:
+    found: list[Callable] = [naive_attention, rmsnorm_chain, elementwise_chains, swiglu,
+                             lambda ops: custom_op_boundary(ops, kinds)]
+    if ctx.mode == "train":
+        found.append(lambda ops: unfused_optimizer(ops, regions))
+    return found
+
+
+def detect_instances(sequence: pd.DataFrame, ops: pd.DataFrame, ctx: RunContext) -> list[Instance]:
+    regions = dict(zip(sequence["seq"].astype(int), sequence["region"].astype(str))) \
+        if "region" in sequence else {}
+    kinds = dict(zip(ops["row_id"].astype(int), ops["kind"].astype(str))) if len(ops) else {}
+    out: list[Instance] = []
+    for step_ops in _stream(sequence, ctx.device_type).values():
+        for detect in _detectors(ctx, regions, kinds):
+            out.extend(detect(step_ops))
+    return out

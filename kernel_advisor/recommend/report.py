@@ -1,0 +1,45 @@
+"""`recommend()`: a run's tables and settings in, a ranked Report out. No printing here."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+from reference_kernels.registry import KernelSpec
+
+from kernel_advisor.recommend.engine import (
+    Finding, Recommendation, build_engine, rank_findings, run_rules, union_saving)
+from kernel_advisor.recommend.evidence import RunContext
+from kernel_advisor.recommend.explain import CompileReport
+from kernel_advisor.recommend.hotspots import Hotspot, hotspots
+from kernel_advisor.recommend.schema import Rule
+
+
+@dataclass(frozen=True)
+class Report:
+    ctx: RunContext
+    findings: tuple[Finding, ...]  # ranked
+    suppressed: tuple[Recommendation, ...]
+    hotspots: tuple[Hotspot, ...]
+    row_saving_per_step_s: Mapping[str, float]  # the Amdahl union: per row, the largest claim
+    total_saving_per_step_s: float
+    total_saving_pct: float | None
+    rule_sources: tuple[str, ...]
+    compile_report: CompileReport | None
+    run_meta: Mapping[str, Any]
+
+
+def recommend(ops: pd.DataFrame, sequence: pd.DataFrame, meta: Mapping[str, Any], rules: Sequence[Rule],
+              kernels: Sequence[KernelSpec] = (), compile_report: CompileReport | None = None,
+              top_hotspots: int = 10) -> Report:
+    engine = build_engine(ops, sequence, meta, rules, kernels, compile_report)
+    recs, suppressed = run_rules(engine)
+    union = union_saving(recs, engine.subjects)
+    total = sum(union.values())
+    step_s = engine.ctx.step_s
+    return Report(
+        ctx=engine.ctx, findings=tuple(rank_findings(recs, rules, engine.ctx)), suppressed=tuple(suppressed),
+        hotspots=hotspots(engine, recs, suppressed, top_hotspots), row_saving_per_step_s=union,
+        total_saving_per_step_s=total, total_saving_pct=100.0 * total / step_s if step_s > 0 else None,
+        rule_sources=tuple(dict.fromkeys(r.source for r in rules)), compile_report=compile_report,
+        run_meta=dict(meta))
