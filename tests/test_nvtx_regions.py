@@ -59,3 +59,27 @@ def test_patches_are_removed_after_profiling(tmp_path):
     path.write_text(textwrap.dedent(MODEL))
     capture(load_model(path, device="cpu"), "inference", warmup=0, steps=1, workdir=tmp_path)
     assert (nvtx.annotate.__enter__, nvtx.push_range, torch.cuda.nvtx.range_push) == before
+
+
+def test_region_option_on_profile_and_recommend(advisor_home, tmp_path):
+    from typer.testing import CliRunner
+
+    import kernel_advisor.cli
+
+    path = tmp_path / "m.py"
+    path.write_text(textwrap.dedent(MODEL))
+    runner = CliRunner()
+    res = runner.invoke(kernel_advisor.cli.app, ["profile", str(path), "--device", "cpu", "--steps", "1"])
+    assert res.exit_code == 0, res.output
+    assert "Regions" in res.stdout and "decorated" in res.stdout
+    res = runner.invoke(kernel_advisor.cli.app, ["profile", str(path), "--device", "cpu", "--steps", "1",
+                                                 "--region", "first", "--json"])
+    assert res.exit_code == 0, res.output
+    import json
+
+    names = {h["name"] for h in json.loads(res.stdout)["hotspots"]}
+    assert "aten::tanh" in names and "aten::relu" not in names
+    res = runner.invoke(kernel_advisor.cli.app, ["recommend", "--region", "nope"])
+    assert res.exit_code == 1 and "no op ran in a region matching 'nope'" in res.output
+    res = runner.invoke(kernel_advisor.cli.app, ["recommend", "--region", "first", "--format", "json"])
+    assert res.exit_code == 0, res.output

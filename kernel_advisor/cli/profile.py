@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from kernel_advisor.analyze.regions import region_view
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.collect.loader import load_model
@@ -18,7 +19,7 @@ from kernel_advisor.distributed.assemble import load_ranks_document
 from kernel_advisor.distributed.launch import DistributedRequest, profile_distributed
 from kernel_advisor.errors import UserInputError
 from kernel_advisor.render.dist_render import collective_table, distributed_json, distributed_line, rank_table
-from kernel_advisor.render.profile_render import hotspot_table, profile_json, summary_line
+from kernel_advisor.render.profile_render import hotspot_table, profile_json, region_table, summary_line
 
 
 class Device(str, Enum):
@@ -55,6 +56,7 @@ def profile_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")] = False,
     nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", help="Ranks to launch through torch.distributed.run (one GPU each, NCCL; gloo on CPU). Train mode wraps the model in DDP unless the file defines wrap_distributed(model).")] = 1,
     fsdp: Annotated[bool, typer.Option("--fsdp", help="With --nproc-per-node > 1 in train mode: shard with FSDP2 instead of DDP.")] = False,
+    region: Annotated[Optional[str], typer.Option(help="Show only ops inside this NVTX / record_function region (name or glob); the run keeps everything.")] = None,
 ) -> None:
     """Profile MODEL on the device, attribute device time to ops, classify each hotspot on the roofline."""
     validate_counts(warmup, steps)
@@ -76,10 +78,14 @@ def profile_cmd(
     for where in meta.get("nonfinite_outputs", []):
         console.warn(f"the model's output has non-finite values: {where}; profiling went on")
     run = load_run(run_dir)
+    shown = region_view(run, region) if region else run
     if json_out:
-        console.out.print_json(profile_json(run.meta, run.ops, run_dir, top))
+        console.out.print_json(profile_json(shown.meta, shown.ops, run_dir, top))
         return
-    console.out.print(hotspot_table(run.ops, top, title=f"Top hotspots — {loaded.path.name} on {meta['device']['name']}"))
+    where = f" in region '{region}'" if region else ""
+    console.out.print(hotspot_table(shown.ops, top, title=f"Top hotspots{where} — {loaded.path.name} on {meta['device']['name']}"))
+    if not region and (run.sequence["region"] != "").any():
+        console.out.print(region_table(run.sequence, run.ops))
     console.out.print(summary_line(run.meta, run_dir))
 
 

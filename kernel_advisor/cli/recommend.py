@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import torch
 import typer
+from kernel_advisor.analyze.regions import region_view
 from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.cli.console import out
 from kernel_advisor.collect.rundir import load_run, resolve_run, write_json_atomic
@@ -69,15 +70,20 @@ def recommend_command(
     check_compile_flag: Annotated[bool, typer.Option(
         "--check-compile", help="Run torch._dynamo.explain on the model and rank graph-break fixes first.")] = False,
     top: Annotated[int, typer.Option("--top", min=1, help="Hotspots to explain.")] = 10,
+    region: Annotated[Optional[str], typer.Option(
+        "--region", help="Only ops inside this NVTX / record_function region (name or glob); gains stay % of the whole step; not saved to recommendations.json.")] = None,
 ) -> None:
     """Rank what to do about the hotspots of a profiled run: library, torch.compile, Triton, CUDA, or leave it."""
     run_dir = resolve_run(run)
     loaded = load_run(run_dir)
+    if region:
+        loaded = region_view(loaded, region)
     kernels = registry_kernels()
     rule_set = load_rules(rules or (), kernel_ids={k.id for k in kernels})
     compile_report = _compile_check(loaded.meta) if check_compile_flag else None
     report = recommend(loaded.ops, loaded.sequence, loaded.meta, rule_set, kernels, compile_report, top)
     doc = report_to_dict(report, str(run_dir))
-    write_json_atomic(Path(run_dir) / RESULT_FILE, doc)
+    if not region:  # a region's view must not replace the whole run's saved plan
+        write_json_atomic(Path(run_dir) / RESULT_FILE, doc)
     _emit(report, doc, fmt)
     _gate(report, fail_if_gain_above)

@@ -32,6 +32,22 @@ def hotspot_table(ops: pd.DataFrame, top: int, title: str = "Top hotspots") -> T
     return table
 
 
+def region_table(sequence: pd.DataFrame, ops: pd.DataFrame, top_ops: int = 3) -> Table:
+    """NVTX / record_function regions with their device time and their top ops."""
+    from kernel_advisor.analyze.regions import region_summary
+
+    table = Table(title="Regions", title_justify="left", header_style="bold")
+    for col, justify in (("region", "left"), ("time/step", "right"), ("ops", "right"), ("top ops", "left")):
+        table.add_column(col, justify=justify)
+    steps = max(int(sequence["step"].max()) + 1, 1) if len(sequence) else 1
+    for r in region_summary(sequence).itertuples(index=False):
+        inside = sequence[sequence["region"] == r.region]
+        top = inside.groupby("name")["device_time_s"].sum().nlargest(top_ops)
+        table.add_row(Text(r.region or "(outside any region)"), fmt_time_s(r.device_time_s / steps), str(r.ops),
+                      Text(", ".join(top.index)))
+    return table
+
+
 def _analysis_cells(row) -> list:
     if not row.modelled:
         return ["–", "–", "–", "–", "–", Text("unknown", style="dim")]
