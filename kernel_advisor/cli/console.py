@@ -1,12 +1,16 @@
 """Two consoles: results to stdout, diagnostics (progress, warnings) to stderr."""
 from __future__ import annotations
 
+import os
 import sys
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-out = Console(soft_wrap=False)
+# Piped output (CI logs, `| less`) gets a wide console instead of rich's 80-column default,
+# which would fold the hotspot table into unreadable cells; COLUMNS still wins when set.
+_PIPED_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
+out = Console(soft_wrap=False, width=_PIPED_WIDTH)
 err = Console(stderr=True)
 
 
