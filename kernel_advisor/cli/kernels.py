@@ -1,0 +1,180 @@
+"""`advisor kernels`: list the reference kernels and check them for correctness."""
+from __future__ import annotations
+
+import json
+import math
+from enum import Enum
+from typing import Annotated, Optional
+
+import torch
+import typer
+from rich.table import Table
+
+from kernel_advisor.cli import console
+from kernel_advisor.cli.app import app, guarded, new_typer
+from kernel_advisor.errors import CorrectnessError, EnvironmentCapabilityError
+from reference_kernels.registry import KernelSpec, all_kernels, get_kernel
+
+kernels_app = new_typer(
+    help="List the reference kernels (Triton, CUDA) with what they replace and whether they "
+    "run here; `advisor kernels verify` checks them against float64 PyTorch.",
+    invoke_without_command=True,
+)
+app.add_typer(kernels_app, name="kernels")
+
+MAX_FAILURES_SHOWN = 8
+
+
+class KernelDevice(str, Enum):
+    auto = "auto"
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+DeviceOption = Annotated[KernelDevice, typer.Option(
+    "--device", help="Where to run or check: auto picks cuda when a GPU is visible; Triton "
+    "kernels run on cpu through TRITON_INTERPRET=1.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+
+
+def _device(choice: KernelDevice) -> str:
+    if choice is KernelDevice.auto:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return choice.value
+
+
+@kernels_app.callback(invoke_without_command=True)
+@guarded
+def kernels_root(ctx: typer.Context, device: DeviceOption = KernelDevice.auto,
+                 as_json: JsonOption = False) -> None:
+    """List the reference kernels (the default); see `advisor kernels verify --help`."""
+    if ctx.invoked_subcommand is None:
+        _print_list(_device(device), as_json)
+
+
+@kernels_app.command("list")
+@guarded
+def list_cmd(device: DeviceOption = KernelDevice.auto, as_json: JsonOption = False) -> None:
+    """List the reference kernels: what they replace, dtypes, backward, status here."""
+    _print_list(_device(device), as_json)
+
+
+def _print_list(device: str, as_json: bool) -> None:
+    specs = all_kernels()
+    if as_json:
+        typer.echo(json.dumps([_spec_dict(s, device) for s in specs], indent=2))
+        return
+    table = Table(title=f"Reference kernels (status on {device})")
+    table.add_column("id", no_wrap=True)
+    table.add_column("replaces", overflow="fold")
+    table.add_column("dtypes", no_wrap=True)
+    table.add_column("bwd", no_wrap=True)
+    table.add_column("status", overflow="fold", ratio=1)
+    for spec in specs:
+        reason = spec.reason_if_unsatisfied(device)
+        dtypes = ",".join(_SHORT_DTYPES.get(d, d) for d in spec.dtypes)
+        table.add_row(spec.id, _replaces(spec), dtypes,
+                      "yes" if spec.has_backward else "no",
+                      "ok" if reason is None else f"[yellow]{reason}[/]")
+    console.out.print(table)
+
+
+_SHORT_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
+
+
+def _replaces(spec: KernelSpec) -> str:
+    return ", ".join(spec.replaces_aten + tuple(f"<{p}>" for p in spec.replaces_patterns))
+
+
+def _spec_dict(spec: KernelSpec, device: str) -> dict:
+    return {"id": spec.id, "title": spec.title, "backend": spec.capability.backend,
+            "replaces_aten": list(spec.replaces_aten),
+            "replaces_patterns": list(spec.replaces_patterns), "dtypes": list(spec.dtypes),
+            "has_backward": spec.has_backward, "memory_bound": spec.memory_bound,
+            "device": device, "status": spec.reason_if_unsatisfied(device) or "ok"}
+
+
+@kernels_app.command("verify")
+@guarded
+def verify_cmd(
+    ids: Annotated[Optional[list[str]], typer.Argument(
+        help="Kernel ids (see `advisor kernels`); all that can run here when omitted.")] = None,
+    device: DeviceOption = KernelDevice.auto,
+    as_json: JsonOption = False,
+) -> None:
+    """Check kernels against float64 PyTorch: outputs, gradients, gradcheck, determinism.
+
+    Exit code 3 when any kernel fails, 2 when a named kernel cannot run on this device.
+    """
+    from reference_kernels.verify import verify_kernel  # imports no triton by itself
+
+    where = _device(device)
+    specs = _selected(ids, where)
+    results = []
+    progress, report = console.step_progress(enabled=not as_json)
+    with progress:
+        for done, spec in enumerate(specs):
+            report(f"verifying on {where}", done, len(specs))
+            results.append(verify_kernel(spec, where))
+        report(f"verifying on {where}", len(specs), len(specs))
+    if as_json:
+        # Plain echo: rich would wrap long failure reasons inside JSON strings.
+        typer.echo(json.dumps({"device": where, "results": [r.to_dict() for r in results]},
+                              indent=2))
+    else:
+        _print_results(results, where)
+    failed = [r.kernel_id for r in results if not r.passed]
+    if failed:
+        raise CorrectnessError(f"{len(failed)} of {len(results)} kernels failed verification on "
+                               f"{where}: {', '.join(failed)}",
+                               "see the failing cases; do not A/B-test a kernel that fails")
+
+
+def _selected(ids: list[str] | None, device: str) -> list[KernelSpec]:
+    """The named kernels (all must run here), or every kernel that can run here."""
+    if ids:
+        specs = [get_kernel(i) for i in ids]  # UserInputError (exit 1) for an unknown id
+        for spec in specs:
+            reason = spec.reason_if_unsatisfied(device)
+            if reason:
+                raise EnvironmentCapabilityError(f"{spec.id} cannot run on {device}: {reason}",
+                                                 "pick another --device or another kernel")
+        return specs
+    specs = [s for s in all_kernels() if s.reason_if_unsatisfied(device) is None]
+    skipped = [s.id for s in all_kernels() if s.reason_if_unsatisfied(device) is not None]
+    if skipped:
+        console.warn(f"skipping {len(skipped)} kernel(s) that cannot run on {device}: "
+                     f"{', '.join(skipped)} (see `advisor kernels --device {device}`)")
+    if not specs:
+        raise EnvironmentCapabilityError(f"no reference kernel can run on {device}",
+                                         "install triton, or run on a CUDA machine")
+    return specs
+
+
+def _print_results(results, device: str) -> None:
+    table = Table(title=f"Kernel verification on {device} (float64 reference)")
+    for header in ("id", "result", "passed", "worst fwd rel err", "worst bwd rel err"):
+        table.add_column(header, no_wrap=True)
+    for r in results:
+        passed = sum(c.passed for c in r.cases)
+        table.add_row(r.kernel_id, "[green]PASS[/]" if r.passed else "[red]FAIL[/]",
+                      f"{passed}/{len(r.cases)}", _worst(r.cases, "forward"),
+                      _worst(r.cases, "backward"))
+    console.out.print(table)
+    for r in results:
+        for note in r.notes:
+            console.out.print(f"note: {note}")
+        failures = [c for c in r.cases if not c.passed]
+        for c in failures[:MAX_FAILURES_SHOWN]:
+            variant = f" [{c.variant}]" if c.variant else ""
+            console.out.print(f"FAIL {r.kernel_id} {c.check} {c.dtype} {list(c.shape)}{variant}: "
+                              f"{c.reason}", markup=False, highlight=False)
+        if len(failures) > MAX_FAILURES_SHOWN:
+            console.out.print(f"... and {len(failures) - MAX_FAILURES_SHOWN} more failing cases "
+                              f"of {r.kernel_id} (--json lists all)")
+
+
+def _worst(cases, check: str) -> str:
+    # NaN marks a reference below the atol floor or a run that raised: nothing to rank.
+    finite = [c.rel_err_norm for c in cases if c.check == check and math.isfinite(c.rel_err_norm)]
+    return f"{max(finite):.1e}" if finite else "-"

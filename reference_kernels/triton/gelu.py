@@ -1,0 +1,89 @@
+"""gelu, exact (erf) and tanh-approximated, forward and backward."""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from reference_kernels.triton._common import (
+    ELEMENTWISE_BLOCK, ELEMENTWISE_WARPS, acc_type, check_tensor, elementwise_grid, flat,
+)
+
+# Literals in the kernels (a compiled kernel reads only tl.constexpr globals, and the
+# interpreter mishandles constexpr * tensor): sqrt(2/pi) = 0.7978845608028654,
+# 2*sqrt(2/pi) = 1.5957691216057308, 1/sqrt(2) = 0.7071067811865476,
+# 1/sqrt(2*pi) = 0.3989422804014327.
+
+
+@triton.jit
+def _gelu_fwd(x_ptr, y_ptr, n, TANH: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    # Reads n*elt, writes n*elt bytes.
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
+    if TANH:
+        # 0.5*(1 + tanh(z)) == sigmoid(2z): no cancellation for negative x.
+        y = x * tl.sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))
+    else:
+        y = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _gelu_bwd(x_ptr, dy_ptr, dx_ptr, n, TANH: tl.constexpr, ACC: tl.constexpr,
+              BLOCK: tl.constexpr):
+    # Reads 2*n*elt (x, dy), writes n*elt (dx).
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(ACC)
+    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(ACC)
+    if TANH:
+        # gelu = x*s with s = sigmoid(2z), z = c*(x + 0.044715x^3): gelu' = s + 2x*s*(1-s)*z'.
+        s = tl.sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))
+        dz = 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
+        grad = s + 2.0 * x * s * (1.0 - s) * dz
+    else:
+        # d/dx 0.5x(1 + erf(x/sqrt 2)) = 0.5(1 + erf(x/sqrt 2)) + x*exp(-x^2/2)/sqrt(2 pi)
+        grad = (0.5 * (1.0 + tl.math.erf(x * 0.7071067811865476))
+                + x * 0.3989422804014327 * tl.exp(-0.5 * x * x))
+    tl.store(dx_ptr + offs, (dy * grad).to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+def gelu_fwd(x1d: torch.Tensor, tanh: bool) -> torch.Tensor:
+    y = torch.empty_like(x1d)
+    if y.numel():
+        _gelu_fwd[elementwise_grid(y.numel())](x1d, y, y.numel(), TANH=tanh,
+                                               ACC=acc_type(x1d.dtype), BLOCK=ELEMENTWISE_BLOCK,
+                                               num_warps=ELEMENTWISE_WARPS)
+    return y
+
+
+def gelu_bwd(x1d: torch.Tensor, dy1d: torch.Tensor, tanh: bool) -> torch.Tensor:
+    dx = torch.empty_like(x1d)
+    if dx.numel():
+        _gelu_bwd[elementwise_grid(dx.numel())](x1d, dy1d, dx, dx.numel(), TANH=tanh,
+                                                ACC=acc_type(x1d.dtype), BLOCK=ELEMENTWISE_BLOCK,
+                                                num_warps=ELEMENTWISE_WARPS)
+    return dx
+
+
+class _Gelu(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, tanh: bool) -> torch.Tensor:
+        x1d = flat(x)
+        ctx.save_for_backward(x1d)
+        ctx.tanh = tanh
+        return gelu_fwd(x1d, tanh).view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        (x1d,) = ctx.saved_tensors
+        return gelu_bwd(x1d, flat(dy), ctx.tanh).view(dy.shape), None
+
+
+def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    """torch.nn.functional.gelu(x, approximate) with approximate "none" (erf) or "tanh"."""
+    check_tensor("gelu", "x", x)
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _Gelu.apply(x, approximate == "tanh")

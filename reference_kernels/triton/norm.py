@@ -1,0 +1,234 @@
+"""LayerNorm and RMSNorm over the last dim, optionally fused with the residual add before it.
+
+One forward and one backward kernel serve all four variants through constexpr flags, so the
+arithmetic is shared: layer_norm.py and rms_norm.py hold the public launchers.
+Rows up to MAX_FUSED_COLS stay in registers; short rows are packed several per program.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from reference_kernels.triton._common import (
+    MAX_FUSED_COLS, acc_torch_dtype, acc_type, num_warps_for, partial_sum_programs,
+    rows_per_program,
+)
+
+
+@triton.jit
+def _norm_fwd(x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr,
+              n_rows, n_cols, eps, x_row_stride, res_row_stride,
+              IS_RMS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+              HAS_BIAS: tl.constexpr, ACC: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # Per row reads n_cols*elt (x) [+ n_cols*elt residual], writes n_cols*elt (y)
+    # [+ n_cols*elt new residual h = x + residual] and 4 or 8 bytes of mean/rstd;
+    # weight and bias (n_cols each) are read once per program and stay in L2.
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < n_rows
+    rows64 = rows.to(tl.int64)[:, None]
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    mask = row_ok[:, None] & col_ok[None, :]
+    x = tl.load(x_ptr + rows64 * x_row_stride + cols[None, :], mask=mask, other=0.0).to(ACC)
+    if HAS_RESIDUAL:
+        x += tl.load(res_ptr + rows64 * res_row_stride + cols[None, :], mask=mask,
+                     other=0.0).to(ACC)
+        h = x.to(h_ptr.dtype.element_ty)
+        tl.store(h_ptr + rows64 * n_cols + cols[None, :], h, mask=mask)
+        # Normalise h as stored (as eager x + residual does): the backward, which re-reads h,
+        # then differentiates exactly the function the forward computed.
+        x = h.to(ACC)
+    if IS_RMS:
+        xc = x
+    else:
+        mean = tl.sum(x, axis=1) / n_cols
+        tl.store(mean_ptr + rows, mean, mask=row_ok)
+        xc = tl.where(mask, x - mean[:, None], 0.0)
+    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
+    tl.store(rstd_ptr + rows, rstd, mask=row_ok)
+    y = xc * rstd[:, None]
+    if HAS_WEIGHT:
+        y = y * tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(ACC)[None, :]
+    if HAS_BIAS:
+        y = y + tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(ACC)[None, :]
+    tl.store(y_ptr + rows64 * n_cols + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _norm_bwd(x_ptr, w_ptr, mean_ptr, rstd_ptr, dy_ptr, dres_ptr, dx_ptr, dw_ptr, db_ptr,
+              n_rows, n_cols, rows_per_prog, x_row_stride, dy_row_stride, dres_row_stride,
+              IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, NEED_DW: tl.constexpr,
+              NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr, ACC: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # xhat = (x - mean)*rstd (mean = 0 for RMS), g = w*dy:
+    # dx = rstd*(g - xhat*mean(g*xhat) - mean(g)) [RMS: no mean(g) term] (+ dres).
+    # Per row reads 2*n_cols*elt (x, dy) [+ n_cols*elt dres], writes n_cols*elt (dx).
+    # dw = sum(dy*xhat), db = sum(dy) over rows go to per-program partial rows summed later.
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(ACC)[None, :]
+    dw_acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
+    db_acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
+    row_start = pid * rows_per_prog
+    row_end = tl.minimum(row_start + rows_per_prog, n_rows)
+    for block_start in range(row_start, row_end, BLOCK_M):
+        rows = block_start + tl.arange(0, BLOCK_M)
+        row_ok = rows < row_end
+        rows64 = rows.to(tl.int64)[:, None]
+        mask = row_ok[:, None] & col_ok[None, :]
+        x = tl.load(x_ptr + rows64 * x_row_stride + cols[None, :], mask=mask, other=0.0).to(ACC)
+        dy = tl.load(dy_ptr + rows64 * dy_row_stride + cols[None, :], mask=mask,
+                     other=0.0).to(ACC)
+        rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)[:, None]
+        if IS_RMS:
+            xhat = x * rstd
+        else:
+            mean = tl.load(mean_ptr + rows, mask=row_ok, other=0.0)[:, None]
+            xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+        g = dy
+        if HAS_WEIGHT:
+            g = dy * w
+        c1 = tl.sum(g * xhat, axis=1)[:, None] / n_cols
+        if IS_RMS:
+            dx = (g - xhat * c1) * rstd
+        else:
+            dx = (g - xhat * c1 - tl.sum(g, axis=1)[:, None] / n_cols) * rstd
+        if HAS_DRES:
+            dx += tl.load(dres_ptr + rows64 * dres_row_stride + cols[None, :], mask=mask,
+                          other=0.0).to(ACC)
+        tl.store(dx_ptr + rows64 * n_cols + cols[None, :], dx.to(dx_ptr.dtype.element_ty),
+                 mask=mask)
+        if NEED_DW:
+            dw_acc += dy * xhat
+        if NEED_DB:
+            db_acc += dy
+    if NEED_DW:
+        tl.store(dw_ptr + pid * n_cols + cols, tl.sum(dw_acc, axis=0), mask=col_ok)
+    if NEED_DB:
+        tl.store(db_ptr + pid * n_cols + cols, tl.sum(db_acc, axis=0), mask=col_ok)
+
+
+def _tile(n_rows: int, n_cols: int) -> tuple[int, int]:
+    block_n = triton.next_power_of_2(n_cols)
+    return rows_per_program(block_n, n_rows), block_n
+
+
+def norm_fwd(x2d, residual2d, weight, bias, eps: float, is_rms: bool):
+    """Returns (y, h or None, mean or None, rstd); h = x + residual when a residual is given."""
+    n_rows, n_cols = x2d.shape
+    dev, acc_dtype = x2d.device, acc_torch_dtype(x2d.dtype)
+    y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=dev)
+    h = torch.empty_like(y) if residual2d is not None else None
+    mean = None if is_rms else torch.empty(n_rows, dtype=acc_dtype, device=dev)
+    rstd = torch.empty(n_rows, dtype=acc_dtype, device=dev)
+    if y.numel() == 0:
+        return y, h, mean, rstd
+    block_m, block_n = _tile(n_rows, n_cols)
+    res_stride = residual2d.stride(0) if residual2d is not None else 0
+    _norm_fwd[(triton.cdiv(n_rows, block_m),)](
+        x2d, residual2d, weight, bias, y, h, mean, rstd, n_rows, n_cols, eps,
+        x2d.stride(0), res_stride, IS_RMS=is_rms, HAS_RESIDUAL=residual2d is not None,
+        HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, ACC=acc_type(x2d.dtype),
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps_for(block_m * block_n))
+    return y, h, mean, rstd
+
+
+def norm_bwd(x2d, weight, mean, rstd, dy2d, dres2d, need_dw: bool, need_db: bool,
+             is_rms: bool):
+    """Returns (dx, dw or None, db or None); x2d is the normalised input (h when fused).
+
+    dw and db come back in the accumulation dtype (float32, float64 for float64 inputs).
+    """
+    n_rows, n_cols = x2d.shape
+    dev, acc_dtype = x2d.device, acc_torch_dtype(x2d.dtype)
+    dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=dev)
+    block_m, block_n = _tile(n_rows, n_cols)
+    programs = partial_sum_programs(dev, triton.cdiv(n_rows, block_m))
+    rows_per_prog = triton.cdiv(n_rows, programs)
+    dw_part = torch.empty((programs, n_cols), dtype=acc_dtype, device=dev) if need_dw else None
+    db_part = torch.empty((programs, n_cols), dtype=acc_dtype, device=dev) if need_db else None
+    if dx.numel() > 0:
+        _norm_bwd[(programs,)](
+            x2d, weight, mean, rstd, dy2d, dres2d, dx, dw_part, db_part,
+            n_rows, n_cols, rows_per_prog, x2d.stride(0), dy2d.stride(0),
+            dres2d.stride(0) if dres2d is not None else 0,
+            IS_RMS=is_rms, HAS_WEIGHT=weight is not None, NEED_DW=need_dw, NEED_DB=need_db,
+            HAS_DRES=dres2d is not None, ACC=acc_type(x2d.dtype),
+            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps_for(block_m * block_n))
+    elif need_dw or need_db:
+        programs = 0  # no rows: the parameter gradients are zero
+    dw = _sum_partials(dw_part, programs) if need_dw else None
+    db = _sum_partials(db_part, programs) if need_db else None
+    return dx, dw, db
+
+
+def _sum_partials(part: torch.Tensor, programs: int) -> torch.Tensor:
+    # A fixed-order sum over a fixed number of partial rows: bitwise reproducible.
+    return part[:programs].sum(0) if programs else torch.zeros_like(part[0])
+
+
+def check_norm_args(fn_name: str, x: torch.Tensor, normalized_shape, *params) -> int:
+    """The row length; ValueError when normalized_shape does not end x or params mismatch."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if not shape or tuple(x.shape[-len(shape):]) != shape or x.dim() < len(shape):
+        raise ValueError(f"{fn_name}: normalized_shape {list(shape)} must match the last dims of "
+                         f"the input, which has shape {list(x.shape)}")
+    for name, p in params:
+        if p is not None and tuple(p.shape) != shape:
+            raise ValueError(f"{fn_name}: {name} has shape {list(p.shape)}, expected {list(shape)}")
+    n_cols = 1
+    for d in shape:
+        n_cols *= d
+    if n_cols > MAX_FUSED_COLS:
+        raise ValueError(f"{fn_name}: rows of {n_cols} elements exceed this kernel's "
+                         f"{MAX_FUSED_COLS}-element limit (one row per register tile); use "
+                         "torch.nn.functional for wider rows")
+    return n_cols
+
+
+def rows_of(x: torch.Tensor, n_cols: int) -> torch.Tensor:
+    """A (rows, n_cols) view with unit column stride; copies only when it must."""
+    x2d = x.reshape(x.numel() // n_cols if n_cols else 0, n_cols)
+    return x2d if x2d.stride(1) == 1 or n_cols == 1 else x2d.contiguous()
+
+
+class NormFunction(torch.autograd.Function):
+    """y = norm(x [+ residual]); with a residual also returns the new residual h = x + residual."""
+
+    @staticmethod
+    def forward(ctx, x, residual, weight, bias, n_cols: int, eps: float, is_rms: bool):
+        ctx.set_materialize_grads(False)
+        x2d = rows_of(x, n_cols)
+        r2d = rows_of(residual, n_cols) if residual is not None else None
+        w = weight.reshape(-1) if weight is not None else None
+        b = bias.reshape(-1) if bias is not None else None
+        y, h, mean, rstd = norm_fwd(x2d, r2d, w, b, eps, is_rms)
+        # The fused variant normalises h, which it returns anyway: saving it costs nothing.
+        ctx.save_for_backward(h if h is not None else x2d, weight, mean, rstd)
+        ctx.is_rms, ctx.fused = is_rms, residual is not None
+        ctx.bias_like = (bias.dtype, bias.shape) if bias is not None else None
+        if residual is None:
+            return y.view(x.shape)
+        return y.view(x.shape), h.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy, dh=None):
+        x2d, weight, mean, rstd = ctx.saved_tensors
+        if dy is None and dh is None:  # neither output is used: no gradient flows
+            return None, None, None, None, None, None, None
+        n_cols = x2d.shape[1]
+        dy2d = rows_of(dy, n_cols) if dy is not None else torch.zeros_like(x2d)
+        dres2d = rows_of(dh, n_cols) if dh is not None else None
+        w = weight.reshape(-1) if weight is not None else None
+        dx, dw, db = norm_bwd(x2d, w, mean, rstd, dy2d, dres2d, ctx.needs_input_grad[2],
+                              ctx.needs_input_grad[3], ctx.is_rms)
+        dx = dx.view(dy.shape if dy is not None else dh.shape)
+        if dw is not None:
+            dw = dw.to(weight.dtype).view(weight.shape)
+        if db is not None:
+            db = db.to(ctx.bias_like[0]).view(ctx.bias_like[1])
+        return dx, (dx if ctx.fused else None), dw, db, None, None, None
