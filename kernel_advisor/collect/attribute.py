@@ -82,7 +82,7 @@ def attribute(trace: TraceData, device_type: str) -> Attribution:
     cpu = trace.cpu_ops.reset_index(drop=True)
     cpu = cpu.assign(step=assign_steps(cpu["ts_us"].to_numpy(float), steps))
     cpu = cpu[cpu["step"] >= 0].reset_index(drop=True)
-    recognised = np.fromiter((is_recognised(n) for n in cpu["name"]), bool, len(cpu))
+    recognised = _per_unique(cpu["name"], is_recognised).to_numpy(bool)
     parent, owner = nest_ops(cpu, recognised)
     cpu = cpu.assign(owner=owner, region=innermost_region(cpu, trace.annotations, _is_step_name))
     if device_type == "cpu":
@@ -192,7 +192,7 @@ def _summarise(occ: pd.DataFrame, work: pd.DataFrame, steps: pd.DataFrame, devic
     occ = occ.sort_values(["start_us", "occ_cpu"], kind="stable").reset_index(drop=True)
     occ["seq"] = np.arange(len(occ))
     occ["step"] = occ["step"].astype(np.int64)
-    occ["input_dtypes"] = [_dtypes(t) for t in occ["input_types"]]
+    occ["input_dtypes"] = _per_unique(occ["input_types"], _dtypes)
     occ["dev_us"] = occ["occ_cpu"].map(work.groupby("occ_cpu")["dur_us"].sum()).fillna(0.0).to_numpy()
     keys = ["name", "kind", "input_dims", "input_dtypes"]
     occ["row_id"] = occ.groupby(keys, sort=False, dropna=False).ngroup()
@@ -201,7 +201,7 @@ def _summarise(occ: pd.DataFrame, work: pd.DataFrame, steps: pd.DataFrame, devic
     ops = _rows(occ, work, keys, n_steps, total_us)
     sequence = pd.DataFrame({
         "seq": occ["seq"], "step": occ["step"], "name": occ["name"], "row_id": occ["row_id"],
-        "input_shapes": occ["input_dims"].map(_json_or_empty), "input_dtypes": occ["input_dtypes"],
+        "input_shapes": _per_unique(occ["input_dims"], _json_or_empty), "input_dtypes": occ["input_dtypes"],
         "device_time_s": occ["dev_us"] * 1e-6, "start_us": occ["start_us"], "region": occ["region"],
     })
     wall = tuple(((steps["end_us"] - steps["ts_us"]) * 1e-6).tolist())
@@ -276,6 +276,13 @@ def _busy_s(work: pd.DataFrame) -> float:
     block_start = starts[new_block]
     block_end = pd.Series(run_end).groupby(block_id).max().to_numpy()
     return float((block_end - block_start).sum()) * 1e-6
+
+
+def _per_unique(values: pd.Series, fn) -> pd.Series:
+    """fn applied once per distinct value: names and shapes repeat across millions of events."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    mapped = np.array([fn(u) for u in uniques], dtype=object)
+    return pd.Series(mapped[codes] if len(codes) else [], index=values.index, dtype=object)
 
 
 def _dtypes(types_json: str) -> str:
