@@ -1,0 +1,123 @@
+"""Counting and checking every call a substitution routes to a candidate kernel.
+
+Both substitution layers (aten overrides and module swaps) go through `invoke`, so the
+proof that a candidate ran, the per-call correctness check and the re-entrancy guard are
+written once.
+"""
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+
+from kernel_advisor.trykernel.gate import check_call_output
+
+MAX_FAILURES_KEPT = 5
+
+
+class CandidateError(RuntimeError):
+    """The candidate raised, or returned something the model cannot use (shape, dtype)."""
+
+
+@dataclass
+class CallLog:
+    """Mutable tally for one candidate during one variant run (not a record: it counts)."""
+
+    label: str
+    candidate_calls: int = 0
+    fallback_reasons: Counter = field(default_factory=Counter)
+    failures: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def fallback_calls(self) -> int:
+        return sum(self.fallback_reasons.values())
+
+    def fallback(self, reason: str) -> None:
+        self.fallback_reasons[reason] += 1
+
+    def fail(self, reason: str) -> None:
+        if len(self.failures) < MAX_FAILURES_KEPT:
+            self.failures.append(reason)
+
+    def merge(self, other: "CallLog") -> None:
+        self.candidate_calls += other.candidate_calls
+        self.fallback_reasons.update(other.fallback_reasons)
+        for f in other.failures:
+            self.fail(f)
+        self.error = self.error or other.error
+
+
+_state = threading.local()
+
+
+def reentrant() -> bool:
+    """True inside a candidate or a check: ops it calls must reach the original kernels.
+
+    Without this a candidate written with torch ops (`torch.softmax(x.float(), -1)`) would
+    recurse into its own override forever.
+    """
+    return getattr(_state, "depth", 0) > 0
+
+
+@contextmanager
+def _inside() -> Iterator[None]:
+    _state.depth = getattr(_state, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _state.depth -= 1
+
+
+def invoke(log: CallLog, candidate: Callable[[], Any], original: Callable[[], Any],
+           check: bool, tolerance: tuple[float, float]) -> Any:
+    """Run the candidate for one call; in check mode compare it with the original first."""
+    log.candidate_calls += 1
+    where = f"call {log.candidate_calls} of {log.label}"
+    with _inside():
+        if not check:
+            return _call(log, where, candidate)
+        with torch.no_grad():
+            expected = original()
+        _poison_allocator_like(expected)
+        got = _call(log, where, candidate)
+        problem, fatal = check_call_output(got, expected, tolerance)
+    if problem:
+        log.fail(f"{where}: {problem}")
+        if fatal:  # the model cannot go on with a wrongly shaped or typed tensor
+            raise CandidateError(f"{where}: {problem}")
+    return got
+
+
+def _call(log: CallLog, where: str, candidate: Callable[[], Any]) -> Any:
+    try:
+        return candidate()
+    except CandidateError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure of the candidate is its verdict
+        log.error = log.error or f"{where} raised {type(e).__name__}: {e}"
+        raise CandidateError(log.error) from e
+
+
+def _poison_allocator_like(expected: Any) -> None:
+    """Fill, then free, blocks of the output's size with NaN.
+
+    NB: the caching allocator (and malloc on CPU) hands a just-freed block of the same size
+    to the next allocation, so a kernel that allocates its output and never writes it
+    returns NaN (or fresh zero pages) instead of a stale copy of a correct result.
+    """
+    for t in _tensors(expected):
+        if t.is_floating_point():
+            torch.full_like(t, float("nan"))
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        return [t for o in obj for t in _tensors(o)]
+    return []

@@ -1,0 +1,188 @@
+"""What can be tried: registry kernels and a user's --impl, and how each is installed.
+
+A Candidate carries the callable and every place it goes in this model: aten overrides
+(one per overload it replaces) and module swaps (one per detected pattern match).
+"""
+from __future__ import annotations
+
+import inspect
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import torch
+
+from kernel_advisor.collect.loader import import_model_file
+from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
+from kernel_advisor.trykernel.adapters import ATEN_FAMILIES, ATEN_PATTERNS, REFERENCE_OPS
+from kernel_advisor.trykernel.calls import CallLog
+from kernel_advisor.trykernel.patterns import PATTERN_NAMES, PatternMatch
+from kernel_advisor.trykernel.substitute_aten import (AtenAdapter, override_aten, reference_adapter, resolve_op,
+                                                      user_adapter)
+from kernel_advisor.trykernel.substitute_module import ModuleSwap, marker_name, swap_modules
+from reference_kernels.registry import DEFAULT_TOLERANCES, KernelSpec
+
+Tolerance = Callable[[torch.dtype], tuple[float, float]]
+
+
+@dataclass(frozen=True, eq=False)
+class Candidate:
+    id: str
+    title: str
+    origin: str  # "reference" or "user"
+    backend: str  # "triton", "cuda" or "python"
+    fn: Callable | None  # None only when `invalid` says why it cannot be called
+    aten: tuple[AtenAdapter, ...]
+    patterns: tuple[PatternMatch, ...]
+    dtypes: tuple[str, ...]
+    has_backward: bool
+    tolerance: Tolerance
+    invalid: str = ""  # set: FAILED before running (e.g. a signature that cannot take the op's arguments)
+    undetectable: tuple[str, ...] = ()  # registry patterns try-kernel has no detector for
+
+    @property
+    def profile_names(self) -> tuple[str, ...]:
+        names = [n for a in self.aten for n in a.profile_names]
+        names += [marker_name(m.pattern) for m in self.patterns]
+        return tuple(dict.fromkeys(names))
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """What it replaces, for people: 'aten::_softmax', 'rmsnorm-module ×5'."""
+        counts: dict[str, int] = {}
+        for m in self.patterns:
+            counts[m.pattern] = counts.get(m.pattern, 0) + 1
+        return tuple([a.name for a in self.aten] + [f"{p} ×{n}" for p, n in counts.items()]
+                     + [f"{p} (no detector)" for p in self.undetectable])
+
+
+def spec_tolerance(spec: KernelSpec) -> Tolerance:
+    return lambda dtype: spec.tolerance(dtype)
+
+
+def default_tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    name = str(dtype).replace("torch.", "")
+    return DEFAULT_TOLERANCES.get(name, DEFAULT_TOLERANCES["float32"])
+
+
+def aten_names(spec: KernelSpec) -> tuple[str, ...]:
+    """The aten ops a spec replaces, including patterns that are one composite op."""
+    return tuple(spec.replaces_aten) + tuple(ATEN_PATTERNS[p] for p in spec.replaces_patterns if p in ATEN_PATTERNS)
+
+
+def aten_families(spec: KernelSpec) -> tuple[str, ...]:
+    """The profiler names a spec's aten ops stand for (softmax covers aten::softmax too)."""
+    names = []
+    for a in aten_names(spec):
+        family = ATEN_FAMILIES.get(a)
+        names += REFERENCE_OPS[family].profile_names if family else [a]
+    return tuple(dict.fromkeys(names))
+
+
+def applies(spec: KernelSpec, op_names: set[str], patterns: set[str]) -> bool:
+    return bool(set(aten_families(spec)) & op_names or set(spec.replaces_patterns) & patterns)
+
+
+def from_spec(spec: KernelSpec, matches: Sequence[PatternMatch]) -> Candidate:
+    """A registry kernel with its adapters and this model's matches of its patterns."""
+    adapters = []
+    for name in aten_names(spec):
+        adapter = reference_adapter(name, spec.dtypes, spec.has_backward)
+        if adapter is None:
+            raise UserInputError(f"kernel {spec.id} replaces {name}, which try-kernel has no adapter for",
+                                 f"supported ops: {', '.join(sorted(ATEN_FAMILIES))}")
+        adapters.append(adapter)
+    try:
+        fn = spec.load()
+    except ImportError as e:
+        raise EnvironmentCapabilityError(f"kernel {spec.id} cannot be loaded: {e}",
+                                         "install what it needs (see `advisor kernels`)") from e
+    own = tuple(m for m in matches if m.pattern in spec.replaces_patterns)
+    unknown = tuple(p for p in spec.replaces_patterns if p not in PATTERN_NAMES and p not in ATEN_PATTERNS)
+    return Candidate(id=spec.id, title=spec.title, origin="reference", backend=spec.capability.backend, fn=fn,
+                     aten=tuple(dict((a.name, a) for a in adapters).values()), patterns=own,
+                     dtypes=spec.dtypes, has_backward=spec.has_backward, tolerance=spec_tolerance(spec),
+                     undetectable=unknown)
+
+
+def from_impl(impl: str, op_text: str) -> Candidate:
+    """`--impl FILE.py:FUNCTION --op ATEN_OP`: the user's callable with the op's signature."""
+    path_text, sep, func_name = impl.rpartition(":")
+    if not sep or not path_text or not func_name:
+        raise UserInputError(f"--impl '{impl}' is not FILE.py:FUNCTION", "e.g. --impl my_kernels.py:softmax")
+    path = Path(path_text)
+    if not path.is_file():
+        raise UserInputError(f"--impl file {path} does not exist", "check the path before ':'")
+    module = import_model_file(path.resolve())
+    fn = getattr(module, func_name, None)
+    if fn is None or not callable(fn):
+        raise UserInputError(f"{path.name} has no function '{func_name}'",
+                             f"define `def {func_name}(...)` with the arguments of {op_text}")
+    op = resolve_op(op_text)
+    adapter = user_adapter(op)
+    all_dtypes = ("float32", "float16", "bfloat16", "float64")
+    return Candidate(id=f"{path.name}:{func_name}", title=f"user kernel for {adapter.name}", origin="user",
+                     backend="python", fn=fn, aten=(adapter,), patterns=(), dtypes=all_dtypes,
+                     has_backward=True, tolerance=default_tolerance, invalid=signature_problem(fn, op))
+
+
+def signature_problem(fn: Callable, op: torch._ops.OpOverload) -> str:
+    """Why `fn` cannot be called with the op's arguments ("" when it can)."""
+    schema = op._schema
+    positional = [a.name for a in schema.arguments if not a.kwarg_only]
+    keyword = [a.name for a in schema.arguments if a.kwarg_only]
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return ""  # a builtin or extension: nothing to check before calling it
+    try:
+        sig.bind(*positional, **{k: k for k in keyword})
+    except TypeError as e:
+        return (f"signature {getattr(fn, '__name__', 'the function')}{sig} cannot take the {len(schema.arguments)} arguments of "
+                f"{schema} ({e})")
+    return ""
+
+
+def combine(cands: Sequence[Candidate]) -> tuple[list[Candidate], list[str]]:
+    """Candidates that can run together; a later one that replaces the same op or module is left out."""
+    taken: set = set()
+    kept, notes = [], []
+    for c in cands:
+        keys = {a.name for a in c.aten} | {(id(m.module), m.pattern, getattr(m, "norm_node", "")) for m in c.patterns}
+        clash = keys & taken
+        if clash or c.invalid:
+            notes.append(f"{c.id} left out of the combined run: "
+                         + ("it cannot be called" if c.invalid else "it replaces what an earlier kernel replaces"))
+            continue
+        taken |= keys
+        kept.append(c)
+    return kept, notes
+
+
+@contextmanager
+def installed(cands: Sequence[Candidate], logs: dict[str, CallLog], device_type: str, check: bool,
+              marker: bool = False) -> Iterator[None]:
+    """Every candidate's overrides and swaps, torn down on exit (exceptions included)."""
+    with ExitStack() as stack:
+        for c in cands:
+            for adapter in c.aten:
+                stack.enter_context(override_aten(adapter, c.fn, device_type, logs[c.id], check, c.tolerance))
+        swaps = [ModuleSwap(m, c.fn, logs[c.id], c.dtypes, c.has_backward, c.tolerance, marker)
+                 for c in cands for m in c.patterns]
+        stack.enter_context(swap_modules(swaps, check))
+        yield
+
+
+@contextmanager
+def baseline_markers(cands: Sequence[Candidate]) -> Iterator[None]:
+    """The original computation of every matched pattern inside its profiler range."""
+    seen, swaps = set(), []
+    for c in cands:
+        for m in c.patterns:
+            key = (id(m.module), m.pattern, getattr(m, "norm_node", ""))
+            if key not in seen:
+                seen.add(key)
+                swaps.append(ModuleSwap(m, None, CallLog("baseline"), c.dtypes, True, c.tolerance, marker=True))
+    with swap_modules(swaps, check=False):
+        yield

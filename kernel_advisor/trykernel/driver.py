@@ -1,0 +1,76 @@
+"""One try-kernel invocation end to end: pick candidates, gate, time, save try_kernel.json."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.collect.rundir import write_json_atomic
+from kernel_advisor.trykernel.candidates import Candidate, from_impl
+from kernel_advisor.trykernel.patterns import find_patterns
+from kernel_advisor.trykernel.results import TryReport, report_json
+from kernel_advisor.trykernel.selection import (RunContext, build_sets, census_op_names, find_run,
+                                                load_candidates, model_is_module, select_specs)
+from kernel_advisor.trykernel.sets import TryOptions
+from kernel_advisor.trykernel.variants import try_candidates
+
+RESULT_FILE = "try_kernel.json"
+
+
+@dataclass(frozen=True)
+class TryResult:
+    report: TryReport
+    payload: dict  # what try_kernel.json holds
+    saved_to: Path | None
+
+
+def run_try_kernel(loaded: LoadedModel, kernel_ids: Sequence[str], together: bool, impl: str | None,
+                   op: str | None, run: Path | None, options: TryOptions, args: dict,
+                   progress: Callable[[str, int, int], None] | None = None) -> TryResult:
+    ctx = find_run(run, loaded)
+    cands, notes = _candidates(loaded, kernel_ids, impl, op, ctx, options)
+    sets, set_notes = build_sets(cands, together)
+    report = try_candidates(loaded, sets, options, ctx.evidence, progress)
+    all_notes = [*ctx.notes, *notes, *set_notes, *_timing_notes(report, loaded, options)]
+    report = dataclasses.replace(report, notes=tuple(all_notes))
+    payload = report_json(report, {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                   "run": str(ctx.path) if ctx.path else None, "args": args})
+    saved = None
+    if ctx.path is not None:
+        saved = ctx.path / RESULT_FILE
+        write_json_atomic(saved, payload)
+    return TryResult(report, payload, saved)
+
+
+def _candidates(loaded: LoadedModel, kernel_ids: Sequence[str], impl: str | None, op: str | None,
+                ctx: RunContext, options: TryOptions) -> tuple[list[Candidate], list[str]]:
+    cands: list[Candidate] = []
+    if impl is not None and op is not None:
+        cands.append(from_impl(impl, op))
+    if impl is not None and not kernel_ids:
+        return cands, []
+    matches = find_patterns(loaded.model) if model_is_module(loaded) else []
+    names = ctx.op_names if ctx.op_names is not None else (
+        frozenset() if kernel_ids else census_op_names(loaded, options.mode))
+    specs, notes = select_specs(kernel_ids, names, matches, loaded.device.type)
+    if not specs and not cands:
+        notes.append("no reference kernel applies to this model's ops or modules (see `advisor kernels`)")
+    return cands + load_candidates(specs, matches), notes
+
+
+def _timing_notes(report: TryReport, loaded: LoadedModel, options: TryOptions) -> list[str]:
+    notes = []
+    untimed = report.timing.startswith("none")
+    if untimed and options.compile:
+        notes.append("torch.compile variant left out: nothing is timed, so compiling would buy nothing")
+    if loaded.device.type != "cpu":
+        return notes
+    if untimed and not options.check_only:
+        notes.append("on CPU, Triton kernels run in the interpreter: correctness is checked, nothing is timed")
+    elif not untimed:
+        notes.append("CPU timing: time.perf_counter around whole steps, interleaved, no cache flush; "
+                     "it says nothing about GPU performance")
+    return notes

@@ -1,0 +1,172 @@
+"""Timing, per-op device time and peak memory for the variants that passed the gate."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import statistics
+from typing import Sequence
+
+import torch
+
+from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.collect.runner import make_step
+from kernel_advisor.trykernel.candidates import baseline_markers
+from kernel_advisor.trykernel.prediction import RunEvidence, predict
+from kernel_advisor.trykernel.results import (SUSPECT_SPEEDUP, GateSummary, OpTiming, TryReport,
+                                              VariantResult)
+from kernel_advisor.trykernel.sets import CandidateSet, GateState, TryOptions, activation, compile_name
+from kernel_advisor.trykernel.timing import (Estimate, TimedVariant, interleaved_times_s, median_ci,
+                                             peak_memory_bytes, profiled_op_times, speedup_ci, verdict)
+
+EAGER = "eager"
+INTERPRETED = "Triton interpreter on CPU: correctness only"
+
+
+@dataclasses.dataclass(frozen=True)
+class GateOutcome:
+    """What the gate left for measuring: summaries, call logs and the compiled model."""
+
+    gates: dict[str, GateSummary]
+    states: dict[str, GateState]
+    compiled: object | None
+    compile_gate: GateSummary | None
+    compile_state: GateState
+    ref_reason: str
+
+
+def measure(loaded: LoadedModel, sets: Sequence[CandidateSet], outcome: GateOutcome, options: TryOptions,
+            evidence: RunEvidence, report) -> TryReport:
+    dev = loaded.device
+    label, timed_sets, why = timing_plan(sets, outcome.gates, dev.type, options)
+    eager_step = make_step(loaded, options.mode)
+    timed = [TimedVariant(EAGER, contextlib.nullcontext, eager_step)]
+    compile_ok = outcome.compile_gate is not None and outcome.compile_gate.status == "passed"
+    if compile_ok:
+        step = make_step(dataclasses.replace(loaded, model=outcome.compiled), options.mode)
+        timed.append(TimedVariant(compile_name(options), contextlib.nullcontext, step))
+    timed += [TimedVariant(s.name, activation(s, dev.type), eager_step) for s in timed_sets]
+    times, peaks, ops, eager_device_s = {}, {}, {}, 0.0
+    if label:
+        times = interleaved_times_s(timed, options.reps, options.warmup, dev)
+        report("timing", 1, 3)
+        peaks = {t.name: peak_memory_bytes(t.step, t.activate, dev) for t in timed}
+        report("peak memory", 2, 3)
+        ops, eager_device_s = _op_times(timed_sets, eager_step, options, dev)
+        report("per-op profile", 3, 3)
+    results = [_eager(times.get(EAGER), peaks.get(EAGER), label)]
+    if outcome.compiled is not None:
+        results.append(_result(compile_name(options), "compile", outcome.compile_gate, times, peaks,
+                               label if compile_ok else "not timed: " + outcome.compile_gate.status,
+                               compile_s=outcome.compile_state.compile_s))
+    for s in sets:
+        op = ops.get(s.name)
+        gain = _gain(times.get(s.name), times.get(EAGER))
+        pred = predict(s.kernel_ids, evidence, op, eager_device_s, gain) if op else None
+        results.append(_result(s.name, s.kind, outcome.gates[s.name], times, peaks,
+                               label if s in timed_sets else f"not timed: {why[s.name]}",
+                               s=s, state=outcome.states[s.name], op=op, prediction=pred))
+    return TryReport(model=str(loaded.path), device=_device_name(dev), mode=options.mode, dtype=_dtype_name(loaded),
+                     timing=label or "none (check only)", float64_reference=outcome.ref_reason,
+                     variants=tuple(results), notes=())
+
+
+def nothing_timed(sets: Sequence[CandidateSet], device_type: str, options: TryOptions) -> str:
+    """Why no variant is timed at all ("" when timing runs)."""
+    if options.check_only:
+        return "--check-only"
+    if device_type == "cpu" and sets and all(s.interpreted_on_cpu for s in sets):
+        return INTERPRETED  # every candidate is interpreted: nothing to time against eager
+    return ""
+
+
+def timing_plan(sets: Sequence[CandidateSet], gates: dict[str, GateSummary], device_type: str,
+                options: TryOptions) -> tuple[str, list[CandidateSet], dict[str, str]]:
+    """(timing label, "" for none; the sets timed; why each other set is not)."""
+    untimed = nothing_timed(sets, device_type, options)
+    if untimed:
+        return "", [], {s.name: untimed for s in sets}
+    timed, why = [], {}
+    for s in sets:
+        status = gates[s.name].status
+        if status != "passed":
+            why[s.name] = status
+        elif device_type == "cpu" and s.interpreted_on_cpu:
+            why[s.name] = INTERPRETED
+        else:
+            timed.append(s)
+    return ("CUDA events" if device_type == "cuda" else "CPU timing"), timed, why
+
+
+def _op_times(timed_sets, eager_step, options: TryOptions, dev) -> tuple[dict[str, OpTiming], float]:
+    """Each set's ops (or pattern ranges) in eager and with the set installed, per step."""
+    out: dict[str, OpTiming] = {}
+    eager_device_s = 0.0
+    for s in timed_sets:
+        names = set(s.profile_names)
+        base = profiled_op_times(eager_step, lambda s=s: baseline_markers(s.members), names,
+                                 options.profile_steps, dev)
+        cand = profiled_op_times(eager_step, activation(s, dev.type, marker=True), names,
+                                 options.profile_steps, dev)
+        eager_device_s = max(eager_device_s, base.total_s)
+        b, c = sum(base.per_name_s.values()), sum(cand.per_name_s.values())
+        out[s.name] = OpTiming(tuple(sorted(names)), c, b, b / c if b > 0 and c > 0 else float("nan"))
+    return out, eager_device_s
+
+
+def _eager(times, peak: int | None, label: str) -> VariantResult:
+    return VariantResult(name=EAGER, kind="eager", kernel_ids=(), targets=(), status="baseline", reason="",
+                         calls=0, fallback_calls=0, fallback_reasons=(), gate=None,
+                         timing_label=label or "not timed", step_s=median_ci(times) if times else None,
+                         speedup=None, verdict="", op=None, peak_memory_bytes=peak, prediction=None,
+                         suspect="", compile_s=None)
+
+
+def _result(name: str, kind: str, gate: GateSummary, times: dict, peaks: dict, label: str, *,
+            s: CandidateSet | None = None, state: GateState | None = None, op: OpTiming | None = None,
+            prediction=None, compile_s: float | None = None) -> VariantResult:
+    mine, eager = times.get(name), times.get(EAGER)
+    speed = speedup_ci(eager, mine) if mine and eager else None
+    calls, fallbacks, reasons = _call_counts(state)
+    return VariantResult(name=name, kind=kind, kernel_ids=s.kernel_ids if s else (),
+                         targets=s.targets if s else (), status=gate.status, reason=gate.reason, calls=calls,
+                         fallback_calls=fallbacks, fallback_reasons=reasons, gate=gate, timing_label=label,
+                         step_s=median_ci(mine) if mine else None, speedup=speed,
+                         verdict=verdict(speed) if speed else "", op=op, peak_memory_bytes=peaks.get(name),
+                         prediction=prediction, suspect=_suspect(speed, op), compile_s=compile_s,
+                         member_calls=tuple((k, log.candidate_calls) for k, log in state.logs.items()) if state
+                         else ())
+
+
+def _call_counts(state: GateState | None) -> tuple[int, int, tuple[str, ...]]:
+    if state is None:
+        return 0, 0, ()
+    logs = state.logs.values()
+    reasons = tuple(f"{r} (×{n})" for log in logs for r, n in log.fallback_reasons.most_common())
+    return sum(log.candidate_calls for log in logs), sum(log.fallback_calls for log in logs), reasons
+
+
+def _suspect(speed: Estimate | None, op: OpTiming | None) -> str:
+    if speed is not None and speed.value > SUSPECT_SPEEDUP:
+        return f"step speedup {speed.value:.1f}× is above {SUSPECT_SPEEDUP:.0f}×: check the work is the same"
+    if op is not None and math.isfinite(op.speedup) and op.speedup > SUSPECT_SPEEDUP:
+        return f"op speedup {op.speedup:.1f}× is above {SUSPECT_SPEEDUP:.0f}×: check the work is the same"
+    return ""
+
+
+def _gain(times, eager_times) -> float:
+    if not times or not eager_times:
+        return float("nan")
+    return 1.0 - statistics.median(times) / statistics.median(eager_times)
+
+
+def _device_name(dev: torch.device) -> str:
+    return torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+
+
+def _dtype_name(loaded: LoadedModel) -> str:
+    if isinstance(loaded.model, torch.nn.Module):
+        for p in loaded.model.parameters():
+            if p.is_floating_point():
+                return str(p.dtype).replace("torch.", "")
+    return str(loaded.dtype).replace("torch.", "") if loaded.dtype else "keep"

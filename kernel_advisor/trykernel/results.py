@@ -1,0 +1,96 @@
+"""The records try-kernel produces, and their JSON form (try_kernel.json)."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from kernel_advisor.trykernel.timing import Estimate
+
+SCHEMA_VERSION = 1
+SUSPECT_SPEEDUP = 10.0  # above this a speedup is more likely a measurement or correctness problem
+
+
+@dataclass(frozen=True)
+class GateSummary:
+    status: str  # "passed" or "FAILED"
+    reason: str  # the first problem found, "" when passed
+    draws: int  # input draws checked
+    leaves: int  # output leaves (and gradients) compared per draw
+    max_abs_err: float  # worst |variant - baseline| over leaves and draws
+    rel_err: float  # worst ||variant - baseline|| / ||baseline||
+    ref_rel_err: float  # worst ||variant - fp64|| / ||fp64|| (NaN without a float64 result)
+    baseline_ref_rel_err: float  # eager's own distance from the float64 result, for scale
+    worst_leaf: str
+
+
+@dataclass(frozen=True)
+class OpTiming:
+    names: tuple[str, ...]  # profiler names summed (ops, or try_kernel:: ranges for patterns)
+    variant_s: float  # device time per step in the variant
+    baseline_s: float  # the same ops' device time per step in eager
+    speedup: float  # baseline_s / variant_s (NaN when either is 0)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    predicted_gain_frac: float  # Amdahl: share × (1 − t_new/t_old)
+    source: str  # where the share (or the prediction) came from
+    measured_gain_frac: float  # 1 − step_variant / step_eager
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    name: str
+    kind: str  # "eager", "compile", "candidate", "combined"
+    kernel_ids: tuple[str, ...]
+    targets: tuple[str, ...]  # what it replaced: aten overloads and pattern matches
+    status: str  # "baseline", "passed", "FAILED", "not applied"
+    reason: str
+    calls: int  # candidate invocations during the gate (the proof it ran)
+    fallback_calls: int
+    fallback_reasons: tuple[str, ...]
+    gate: GateSummary | None
+    timing_label: str  # "CUDA events", "CPU timing", or why there is no timing
+    step_s: Estimate | None
+    speedup: Estimate | None  # eager / variant, ratio of medians
+    verdict: str  # "faster", "slower", "no measurable difference", "" untimed
+    op: OpTiming | None
+    peak_memory_bytes: int | None
+    prediction: Prediction | None
+    suspect: str  # why the speedup looks too good, "" otherwise
+    compile_s: float | None  # torch.compile only: the first call's wall time
+    member_calls: tuple[tuple[str, int], ...] = ()  # per kernel id: its share of `calls`
+
+
+@dataclass(frozen=True)
+class TryReport:
+    model: str
+    device: str
+    mode: str
+    dtype: str
+    timing: str  # "CUDA events", "CPU timing", "none (check only)"
+    float64_reference: str  # "" when used, else why not
+    variants: tuple[VariantResult, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def failed_candidates(self) -> tuple[VariantResult, ...]:
+        return tuple(v for v in self.variants if v.kind in ("candidate", "combined") and v.status == "FAILED")
+
+
+def report_json(report: TryReport, extra: dict | None = None) -> dict[str, Any]:
+    """JSON-safe dict: NaN and inf become null."""
+    body = {"schema_version": SCHEMA_VERSION, **(extra or {}), **dataclasses.asdict(report)}
+    return _clean(body)
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj

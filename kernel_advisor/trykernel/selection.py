@@ -1,0 +1,122 @@
+"""Which kernels to try on this model, and which run they belong to.
+
+With kernel ids: exactly those (a capability the machine lacks is an error, exit 2).
+Without: every registry kernel that applies to the model — its aten ops appear in the
+model's run (ops.csv names) or, with no run of this model, in one profiled census step;
+or its module patterns are detected in the model. Kernels this machine cannot run are
+skipped with their reason.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.collect.runner import make_step
+from kernel_advisor.collect.rundir import load_run, resolve_run
+from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
+from kernel_advisor.trykernel.candidates import Candidate, applies, combine, from_spec
+from kernel_advisor.trykernel.patterns import PatternMatch
+from kernel_advisor.trykernel.prediction import RunEvidence, evidence_from_run
+from kernel_advisor.trykernel.sets import CandidateSet
+
+
+@dataclass(frozen=True)
+class RunContext:
+    path: Path | None  # the run try_kernel.json is saved into; None: no run of this model
+    evidence: RunEvidence
+    op_names: frozenset[str] | None  # names in its ops.csv; None without a run
+    notes: tuple[str, ...] = field(default=())
+
+
+def find_run(run: Path | None, loaded: LoadedModel) -> RunContext:
+    """The explicit --run (must be of this model), else `latest` when it profiled this model."""
+    try:
+        path = resolve_run(run)
+    except UserInputError:
+        if run is not None:
+            raise
+        return RunContext(None, RunEvidence(), None, ("no run yet: results are not saved (run `advisor profile` "
+                                                      "first, or read them with --json)",))
+    r = load_run(path)
+    model = r.meta.get("model") or {}
+    same = model.get("sha256") == loaded.sha256 or _same_file(model.get("file"), loaded.path)
+    if not same:
+        if run is not None:
+            raise UserInputError(f"run {path} profiled {model.get('file')}, not {loaded.path.name}",
+                                 "pass a run of this model with --run, or leave --run out")
+        return RunContext(None, RunEvidence(), None, (f"the latest run ({path.name}) is of another model: results "
+                                                      "are not saved (profile this model first)",))
+    names = frozenset(str(n) for n in r.ops["name"]) if "name" in r.ops.columns else frozenset()
+    return RunContext(path, evidence_from_run(path, r.ops), names)
+
+
+def _same_file(recorded: str | None, path: Path) -> bool:
+    try:
+        return recorded is not None and Path(recorded).resolve() == path.resolve()
+    except OSError:
+        return False
+
+
+def census_op_names(loaded: LoadedModel, mode: str) -> frozenset[str]:
+    """Outermost ops of one step (as ops.csv names them), from torch.profiler's CPU events."""
+    step = make_step(loaded, mode)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    return frozenset(e.name for e in prof.events() if e.cpu_parent is None)
+
+
+def select_specs(ids: Sequence[str], op_names: frozenset[str], matches: Sequence[PatternMatch],
+                 device_type: str) -> tuple[list, list[str]]:
+    """(specs to try, notes about the ones skipped)."""
+    from reference_kernels.registry import get_kernel
+
+    if ids:
+        specs = [get_kernel(i) for i in dict.fromkeys(ids)]
+        for spec in specs:
+            reason = spec.reason_if_unsatisfied(device_type)
+            if reason:
+                raise EnvironmentCapabilityError(f"kernel {spec.id} cannot run here: {reason}",
+                                                 "run on a machine that has it, or pick another kernel")
+        return specs, []
+    patterns = {m.pattern for m in matches}
+    candidates = [s for s in _registry() if applies(s, set(op_names), patterns)]
+    usable = [s for s in candidates if not s.reason_if_unsatisfied(device_type)]
+    notes = [f"skipped {s.id}: {s.reason_if_unsatisfied(device_type)}" for s in candidates if s not in usable]
+    if candidates and not usable:
+        raise EnvironmentCapabilityError("no kernel that applies to this model can run here: " + "; ".join(notes),
+                                         "run on a machine with a GPU (and triton / nvcc)")
+    return usable, notes
+
+
+def _registry() -> tuple:
+    from reference_kernels.registry import all_kernels
+
+    try:
+        return all_kernels()
+    except ImportError as e:
+        raise EnvironmentCapabilityError(f"the reference kernel registry cannot be loaded ({e})",
+                                         "reinstall kernel_advisor, or try your own kernel with --impl") from e
+
+
+def build_sets(cands: Sequence[Candidate], together: bool) -> tuple[list[CandidateSet], list[str]]:
+    """One set per candidate; with --all, also one with every candidate that can share a run."""
+    sets = [CandidateSet(c.id, (c,)) for c in cands]
+    if not together or len(cands) < 2:
+        return sets, (["--all needs two or more kernels to combine"] if together else [])
+    kept, notes = combine(cands)
+    if len(kept) >= 2:
+        sets.append(CandidateSet("all together", tuple(kept), combined=True))
+    return sets, notes
+
+
+def load_candidates(specs: Sequence, matches: Sequence[PatternMatch]) -> list[Candidate]:
+    return [from_spec(s, matches) for s in specs]
+
+
+def model_is_module(loaded: LoadedModel) -> bool:
+    return isinstance(loaded.model, torch.nn.Module)

@@ -1,0 +1,215 @@
+"""Module-level swaps for composed patterns, restored on exit.
+
+A swap sets an instance attribute `forward` on the matched module (it shadows the class
+method; hooks, parameters and the state dict are untouched) and deletes it afterwards.
+A residual+norm match rewrites its parent's forward: the parent is traced one level deep
+with FX, the `add` and the norm call become one fused call, and the rewritten graph shares
+every child module and parameter with the original.
+
+With `fn=None` a swap runs the original computation; with `marker=True` the replaced part
+runs inside a `try_kernel::<pattern>` profiler range, so the baseline's and the candidate's
+device time for exactly that part can be read from torch.profiler.
+"""
+from __future__ import annotations
+
+import contextlib
+import operator
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.profiler import record_function
+
+from kernel_advisor.trykernel.adapters import unsupported_input
+from kernel_advisor.trykernel.calls import CallLog, invoke, reentrant
+from kernel_advisor.trykernel.patterns import (PatternMatch, ResidualNormMatch, RMSNormMatch, SwiGLUMatch,
+                                               trace_one_level)
+
+Tolerance = Callable[[torch.dtype], tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class ModuleSwap:
+    match: PatternMatch
+    fn: Callable | None  # the candidate; None runs the original computation
+    log: CallLog
+    dtypes: tuple[str, ...]
+    has_backward: bool
+    tolerance: Tolerance
+    marker: bool = False
+
+
+def marker_name(pattern: str) -> str:
+    return f"try_kernel::{pattern}"
+
+
+@contextmanager
+def swap_modules(swaps: Sequence[ModuleSwap], check: bool) -> Iterator[None]:
+    saved: list[tuple[nn.Module, Any]] = []
+    try:
+        for swap in swaps:
+            if not isinstance(swap.match, ResidualNormMatch):
+                _patch(saved, swap.match.module, _forward_for(swap, swap.match.module.forward, check))
+        by_parent: dict[int, list[ModuleSwap]] = defaultdict(list)
+        for swap in swaps:
+            if isinstance(swap.match, ResidualNormMatch):
+                by_parent[id(swap.match.module)].append(swap)
+        for group in by_parent.values():
+            gm = _rewrite_residuals(group, check)
+            if gm is not None:
+                _patch(saved, group[0].match.module, gm.forward)
+        yield
+    finally:
+        for module, previous in reversed(saved):
+            if previous is _MISSING:
+                module.__dict__.pop("forward", None)
+            else:
+                module.__dict__["forward"] = previous
+
+
+_MISSING = object()
+
+
+def _patch(saved: list, module: nn.Module, forward: Callable) -> None:
+    saved.append((module, module.__dict__.get("forward", _MISSING)))
+    module.__dict__["forward"] = forward  # an instance attribute shadows the class's forward
+
+
+def _marker(swap: ModuleSwap):
+    return record_function(marker_name(swap.match.pattern)) if swap.marker else contextlib.nullcontext()
+
+
+def _forward_for(swap: ModuleSwap, original: Callable, check: bool) -> Callable:
+    if isinstance(swap.match, RMSNormMatch):
+        return _rmsnorm_forward(swap, original, check)
+    if isinstance(swap.match, SwiGLUMatch):
+        return _swiglu_forward(swap, original, check)
+    raise TypeError(f"no module swap for {type(swap.match).__name__}")
+
+
+def _rmsnorm_forward(swap: ModuleSwap, original: Callable, check: bool) -> Callable:
+    match = swap.match
+
+    def forward(x, *args, **kwargs):
+        if args or kwargs or reentrant():
+            return original(x, *args, **kwargs)
+        with _marker(swap):
+            if swap.fn is None:
+                return original(x)
+            reason = unsupported_input(x, swap.dtypes, swap.has_backward, True, match.weight)
+            if reason:
+                swap.log.fallback(reason)
+                return original(x)
+            eps = torch.finfo(x.dtype).eps if match.eps is None else match.eps
+            return invoke(swap.log, lambda: swap.fn(x, [x.shape[-1]], match.weight, eps),
+                          lambda: original(x), check, swap.tolerance(x.dtype))
+
+    return forward
+
+
+def _swiglu_forward(swap: ModuleSwap, original: Callable, check: bool) -> Callable:
+    match = swap.match
+
+    def forward(x, *args, **kwargs):
+        if args or kwargs or reentrant():
+            return original(x, *args, **kwargs)
+        a, b = match.gate(x), match.up(x)
+        with _marker(swap):
+            h = _swiglu_hidden(swap, a, b, check)
+        return match.down(h)
+
+    return forward
+
+
+def _swiglu_hidden(swap: ModuleSwap, a: torch.Tensor, b: torch.Tensor, check: bool) -> torch.Tensor:
+    if swap.fn is None:
+        return F.silu(a) * b
+    reason = unsupported_input(a, swap.dtypes, swap.has_backward, True, b)
+    if not reason and a.shape != b.shape:
+        reason = "gate and up projections differ in shape"
+    if reason:
+        swap.log.fallback(reason)
+        return F.silu(a) * b
+    return invoke(swap.log, lambda: swap.fn(a, b), lambda: F.silu(a) * b, check, swap.tolerance(a.dtype))
+
+
+class _ResidualNorm(nn.Module):
+    """(x, residual) -> (norm(x + residual), x + residual), through the candidate if it can."""
+
+    def __init__(self, swap: ModuleSwap, check: bool) -> None:
+        super().__init__()
+        object.__setattr__(self, "swap", swap)  # not a child: the user's norm stays theirs
+        self.check = check
+
+    def forward(self, x, residual):
+        swap, norm = self.swap, self.swap.match.norm
+
+        def original():
+            summed = x + residual
+            return norm(summed), summed
+
+        with _marker(swap):
+            if swap.fn is None or reentrant():
+                return original()
+            reason = self._unsupported(x, residual)
+            if reason:
+                swap.log.fallback(reason)
+                return original()
+            return invoke(swap.log, lambda: swap.fn(*self._args(x, residual)), original, self.check,
+                          swap.tolerance(x.dtype))
+
+    def _unsupported(self, x, residual) -> str:
+        match = self.swap.match
+        reason = unsupported_input(x, self.swap.dtypes, self.swap.has_backward, True, residual, match.weight,
+                                   match.bias)
+        if not reason and (not isinstance(residual, torch.Tensor) or x.shape != residual.shape):
+            reason = "the two summands differ in shape (broadcasting add)"
+        return reason
+
+    def _args(self, x, residual) -> tuple:
+        match = self.swap.match
+        eps = torch.finfo(x.dtype).eps if match.eps is None else match.eps
+        if match.pattern == "residual-layernorm":
+            return x, residual, [x.shape[-1]], match.weight, match.bias, eps
+        return x, residual, [x.shape[-1]], match.weight, eps
+
+
+def _rewrite_residuals(group: Sequence[ModuleSwap], check: bool) -> fx.GraphModule | None:
+    """The parent's forward with each (add, norm) pair replaced by one fused call."""
+    parent = group[0].match.module
+    graph = trace_one_level(parent)
+    if graph is None:
+        return None
+    nodes = {n.name: n for n in graph.nodes}
+    fused_modules: dict[str, nn.Module] = {}
+    for i, swap in enumerate(group):
+        add, norm = nodes.get(swap.match.add_node), nodes.get(swap.match.norm_node)
+        if add is None or norm is None:
+            continue
+        target = f"_advisor_residual_norm_{i}"
+        fused_modules[target] = _ResidualNorm(swap, check)
+        with graph.inserting_after(add):  # where the sum was: every user of it comes later
+            fused = graph.call_module(target, tuple(add.args))
+        with graph.inserting_after(fused):
+            normed = graph.call_function(operator.getitem, (fused, 0))
+        with graph.inserting_after(normed):
+            summed = graph.call_function(operator.getitem, (fused, 1))
+        norm.replace_all_uses_with(normed)
+        graph.erase_node(norm)
+        add.replace_all_uses_with(summed)
+        graph.erase_node(add)
+    graph.lint()
+    return fx.GraphModule(_graph_root(parent, graph, fused_modules), graph, class_name=type(parent).__name__)
+
+
+def _graph_root(parent: nn.Module, graph: fx.Graph, extra: dict[str, nn.Module]) -> dict[str, Any]:
+    root: dict[str, Any] = dict(extra)
+    for node in graph.nodes:
+        if node.op in ("call_module", "get_attr") and node.target not in root:
+            root[node.target] = operator.attrgetter(node.target)(parent)
+    return root

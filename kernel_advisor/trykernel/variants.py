@@ -1,0 +1,158 @@
+"""Eager, torch.compile and every candidate: gate first, then interleaved timing.
+
+Order of work: (1) the correctness gate on fresh input draws for every variant, with the
+candidates counted and checked call by call; compile time is the compiled model's first
+call here, never inside the timing; (2) interleaved step timing of the variants that
+passed; (3) per-op device time from torch.profiler and peak memory, per variant.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import torch
+
+from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.trykernel.calls import CallLog
+from kernel_advisor.trykernel.candidates import default_tolerance, installed
+from kernel_advisor.trykernel.capture import as_float64, capture_step, compare_captures, float64_twin
+from kernel_advisor.trykernel.measure import GateOutcome, measure, nothing_timed
+from kernel_advisor.trykernel.prediction import RunEvidence
+from kernel_advisor.trykernel.results import GateSummary, TryReport
+from kernel_advisor.trykernel.sets import CandidateSet, GateState, TryOptions, new_logs
+
+Progress = Callable[[str, int, int], None]
+
+
+def try_candidates(loaded: LoadedModel, sets: Sequence[CandidateSet], options: TryOptions,
+                   evidence: RunEvidence, progress: Progress | None = None) -> TryReport:
+    """Gate every variant, then time, profile and predict the ones that passed."""
+    report = progress or (lambda phase, done, total: None)
+    # NB: with nothing timed, compiling (minutes on a large model) would buy nothing.
+    timed = not nothing_timed(sets, loaded.device.type, options)
+    compiled = _compile(loaded, options) if options.compile and timed else None
+    states, compile_state, ref_reason = run_gate(loaded, sets, compiled, options, report)
+    outcome = GateOutcome(gates={s.name: summarize_gate(states[s.name], s) for s in sets}, states=states,
+                          compiled=compiled, compile_gate=summarize_compile(compile_state) if compiled is not None else None,
+                          compile_state=compile_state, ref_reason=ref_reason)
+    return measure(loaded, sets, outcome, options, evidence, report)
+
+
+def _compile(loaded: LoadedModel, options: TryOptions):
+    return torch.compile(loaded.model, mode=options.compile_mode)
+
+
+def run_gate(loaded: LoadedModel, sets: Sequence[CandidateSet], compiled, options: TryOptions,
+             report: Progress) -> tuple[dict[str, GateState], GateState, str]:
+    twin, ref_reason = float64_twin(loaded)
+    states = {s.name: GateState(new_logs(s)) for s in sets}
+    compile_state = GateState({})
+    for d in range(options.draws):
+        inputs = loaded.make_inputs(options.seed + 1 + d)
+        base = capture_step(loaded, loaded.model, loaded.model, inputs, options.mode)
+        ref, twin, ref_reason = _reference(loaded, twin, ref_reason, inputs, options.mode)
+        if compiled is not None:
+            _gate_compiled(loaded, compiled, inputs, base, ref, compile_state, options.mode)
+        for s in sets:
+            _gate_set(loaded, s, inputs, base, ref, states[s.name], options.mode)
+        report("correctness gate", d + 1, options.draws)
+    return states, compile_state, ref_reason
+
+
+def _reference(loaded, twin, reason: str, inputs: list, mode: str):
+    if twin is None:
+        return None, None, reason
+    try:
+        return capture_step(loaded, twin, twin, as_float64(inputs), mode), twin, ""
+    except Exception as e:  # noqa: BLE001 - no float64 result: the gate compares with eager only
+        return None, None, f"the model does not run in float64 ({_first_line(e)})"
+
+
+def _gate_compiled(loaded, compiled, inputs, base, ref, state: GateState, mode: str) -> None:
+    if state.error:
+        return
+    sync = torch.cuda.synchronize if loaded.device.type == "cuda" else (lambda: None)
+    t0 = time.perf_counter()
+    try:
+        got = capture_step(loaded, compiled, loaded.model, inputs, mode)
+        sync()
+    except Exception as e:  # noqa: BLE001 - a model torch.compile cannot handle is a result too
+        state.error = f"torch.compile failed: {_first_line(e)}"
+        return
+    if state.compile_s is None:
+        state.compile_s = time.perf_counter() - t0
+    state.comparisons.extend(compare_captures(got, base, ref, default_tolerance))
+    state.draws += 1
+
+
+def _gate_set(loaded, s: CandidateSet, inputs, base, ref, state: GateState, mode: str) -> None:
+    invalid = next((c.invalid for c in s.members if c.invalid), "")
+    if state.error or invalid:
+        state.error = state.error or invalid
+        return
+    try:
+        with installed(s.members, state.logs, loaded.device.type, check=True):
+            got = capture_step(loaded, loaded.model, loaded.model, inputs, mode)
+    except Exception:
+        problem = _candidate_problem(state.logs)
+        if not problem:
+            raise  # the model itself failed: not the candidate's verdict to give
+        state.error = problem
+        return
+    state.comparisons.extend(compare_captures(got, base, ref, s.tolerance))
+    state.draws += 1
+
+
+def _candidate_problem(logs: dict[str, CallLog]) -> str:
+    for log in logs.values():
+        if log.error:
+            return log.error
+        if log.failures:
+            return log.failures[0]
+    return ""
+
+
+def summarize_gate(state: GateState, s: CandidateSet) -> GateSummary:
+    calls = sum(log.candidate_calls for log in state.logs.values())
+    problem = state.error or _candidate_problem(state.logs)
+    if not problem and calls == 0:
+        return _summary(state, "not applied", _not_applied_reason(s, state.logs))
+    bad = next((c for c in state.comparisons if not c.ok), None)
+    if not problem and bad is not None:
+        problem = f"{bad.path}: {bad.problem}"
+    return _summary(state, "FAILED" if problem else "passed", problem)
+
+
+def summarize_compile(state: GateState) -> GateSummary:
+    bad = next((c for c in state.comparisons if not c.ok), None)
+    problem = state.error or (f"{bad.path}: {bad.problem}" if bad else "")
+    return _summary(state, "FAILED" if problem else "passed", problem)
+
+
+def _summary(state: GateState, status: str, reason: str) -> GateSummary:
+    comps = state.comparisons
+    worst = max(comps, key=lambda c: _finite(c.rel_err), default=None)
+    return GateSummary(
+        status=status, reason=reason, draws=state.draws, leaves=len(comps) // max(state.draws, 1),
+        max_abs_err=max((_finite(c.max_abs_err) for c in comps), default=float("nan")),
+        rel_err=_finite(worst.rel_err) if worst else float("nan"),
+        ref_rel_err=max((c.ref_rel_err for c in comps), default=float("nan")),
+        baseline_ref_rel_err=max((c.baseline_ref_rel_err for c in comps), default=float("nan")),
+        worst_leaf=worst.path if worst else "")
+
+
+def _not_applied_reason(s: CandidateSet, logs: dict[str, CallLog]) -> str:
+    reasons = [f"{r} (×{n})" for log in logs.values() for r, n in log.fallback_reasons.most_common()]
+    if reasons:
+        return "every call fell back to PyTorch: " + "; ".join(reasons)
+    targets = ", ".join(t for c in s.members for t in c.targets) or "its ops"
+    return f"the model never called {targets}"
+
+
+def _finite(x: float) -> float:
+    return x if x == x else float("-inf")  # NaN sorts last
+
+
+def _first_line(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}".strip()
+    return text.splitlines()[0][:300] if text else type(e).__name__

@@ -1,0 +1,91 @@
+"""try-kernel on a GPU: reference kernels in the example models pass the gate and get timings."""
+import json
+import textwrap
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import kernel_advisor.cli
+from reference_kernels.registry import get_kernel
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+LAYERNORM_MODEL = textwrap.dedent("""
+    import torch, torch.nn as nn
+
+    class Model(nn.Module):
+        def __init__(self, d=1024):
+            super().__init__()
+            self.fc = nn.Linear(d, d)
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+
+        def forward(self, x):
+            h = x + self.fc(self.ln1(x))
+            return self.ln2(h)
+
+    def get_inputs():
+        return [torch.randn(16, 512, 1024)]
+""")
+FAST = ["--device", "cuda", "--reps", "10", "--draws", "2", "--no-compile", "--json"]
+
+
+def runnable(kernel):
+    """CUDA C++ kernels also need nvcc on the GPU machine: skip with the registry's reason."""
+    reason = get_kernel(kernel).reason_if_unsatisfied("cuda")
+    if reason:
+        pytest.skip(f"{kernel}: {reason}")
+    return kernel
+
+
+def run(model, *args):
+    result = CliRunner().invoke(kernel_advisor.cli.app, ["try-kernel", str(model), *args, *FAST])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    return {v["name"]: v for v in out["variants"]}, out
+
+
+def assert_measured(v):
+    assert v["status"] == "passed", v["reason"]
+    assert v["calls"] > 0
+    assert v["timing_label"] == "CUDA events"
+    assert v["step_s"]["value"] > 0 and v["speedup"]["low"] <= v["speedup"]["value"] <= v["speedup"]["high"]
+    assert v["op"]["baseline_s"] > 0 and v["op"]["variant_s"] > 0
+    assert v["peak_memory_bytes"] > 0
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("kernel", ["triton.softmax", "triton.rms_norm", "triton.swiglu", "triton.add_rms_norm",
+                                    "cuda.softmax", "cuda.rms_norm"])
+def test_gpt_block_candidates_pass_and_are_timed(examples_dir, advisor_home, kernel, dtype):
+    variants, out = run(f"{examples_dir}/gpt_block.py", runnable(kernel), "--dtype", dtype)
+    assert_measured(variants[kernel])
+    assert out["float64_reference"] == ""  # the gate compared against float64 too
+    assert variants["eager"]["step_s"]["value"] > 0
+
+
+@pytest.mark.parametrize("kernel", ["triton.layer_norm", "cuda.layer_norm", "triton.add_layer_norm"])
+def test_layer_norm_candidates(tmp_path, advisor_home, kernel):
+    model = tmp_path / "ln_model.py"
+    model.write_text(LAYERNORM_MODEL)
+    variants, _ = run(model, runnable(kernel), "--dtype", "bfloat16")
+    assert_measured(variants[kernel])
+
+
+def test_all_together_in_train_mode(examples_dir, advisor_home):
+    variants, _ = run(f"{examples_dir}/gpt_block.py", "triton.softmax", "triton.rms_norm", "triton.swiglu",
+                      "--all", "--mode", "train", "--dtype", "bfloat16")
+    for name in ("triton.softmax", "triton.rms_norm", "triton.swiglu", "all together"):
+        assert_measured(variants[name])
+    assert variants["all together"]["gate"]["leaves"] > 1  # outputs and parameter gradients
+
+
+def test_torch_compile_variant_reports_compile_time(examples_dir, advisor_home):
+    result = CliRunner().invoke(kernel_advisor.cli.app, [
+        "try-kernel", f"{examples_dir}/mlp.py", "triton.gelu", "--device", "cuda", "--reps", "10", "--draws", "1",
+        "--json"])
+    assert result.exit_code == 0, result.output
+    variants = {v["name"]: v for v in json.loads(result.stdout)["variants"]}
+    compiled = variants["torch.compile"]
+    assert compiled["status"] == "passed" and compiled["compile_s"] > 0 and compiled["step_s"]["value"] > 0
+    assert_measured(variants["triton.gelu"])
