@@ -111,3 +111,15 @@ def test_launch_overhead_is_the_idle_time():
 def test_none():
     g = gain(GainSpec("none"), op_subject())
     assert g.saving_per_step_s == 0.0 and g.row_saving_per_step_s == {}
+
+
+def test_fused_time_is_the_fused_kernels_roofline_over_target():
+    from kernel_advisor.recommend.gain import fused_time_s
+
+    # attention-like: 137.4e9 FLOP at 800e12 FLOP/s = 171.8 µs beats 50e6 B / 4e12 B/s = 12.5 µs;
+    # at 50 % of the roof: 343.6 µs
+    assert fused_time_s(50e6, 137.4e9, 4e12, 800e12, 0.5) == pytest.approx(137.4e9 / 800e12 / 0.5)
+    # norm-like: 12e6 B / 4e12 B/s = 3 µs, no FLOP peak known: memory side only, 3 / 0.7 = 4.2857 µs
+    assert fused_time_s(12e6, 0.0, 4e12, None, 0.7) == pytest.approx(3e-6 / 0.7)
+    # more intermediates than bytes (rounding in the chain's model) never gives negative time
+    assert fused_time_s(-5.0, 0.0, 4e12, None, 0.7) == 0.0

@@ -84,6 +84,8 @@ def pattern_evidence(group: PatternGroup, ops_by_row: dict[int, dict], ctx: RunC
     total_device_s = ctx.device_time_per_step_s * steps
     roofline_s = _per_row_total(group, ops_by_row, "roofline_s")
     min_bytes = _per_row_total(group, ops_by_row, "bytes")
+    flops = _per_row_total(group, ops_by_row, "flops")
+    peaks = [p for p in (_row_value(ops_by_row, r, "peak_flops_per_s") for r in group.row_ids) if p]
     bandwidths = [b for b in (_row_value(ops_by_row, r, "bandwidth_bytes_per_s") for r in group.row_ids) if b]
     top_row = max(group.row_time_s, key=group.row_time_s.get)
     return {
@@ -96,6 +98,8 @@ def pattern_evidence(group: PatternGroup, ops_by_row: dict[int, dict], ctx: RunC
         "intermediate_bytes_per_step": group.intermediate_bytes / steps,
         "min_bytes_per_step": min_bytes / steps if min_bytes is not None else None,
         "bandwidth_bytes_per_s": max(bandwidths) if bandwidths else None,
+        "flops_per_step": flops / steps if flops is not None else None,
+        "peak_flops_per_s": max(peaks) if peaks else None,
         "efficiency_frac": roofline_s / group.time_s if roofline_s is not None and group.time_s > 0 else None,
         "verdict": str(ops_by_row.get(top_row, {}).get("verdict") or "unknown"),
         "dtype": primary_dtype(group.dtypes), "region": str(ops_by_row.get(group.row_ids[0], {}).get("region") or ""),

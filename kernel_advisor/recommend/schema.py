@@ -28,6 +28,7 @@ GAIN_MODELS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...
     "none": (SCOPES, (), ()),
     "roofline": (("op", "pattern"), ("target_efficiency_frac",), ()),
     "fusion-bytes": (("pattern",), (), ()),
+    "fused-roofline": (("pattern",), ("target_efficiency_frac",), ()),
     "fraction": (SCOPES, ("value",), ("value",)),
     "tf32": (("op",), (), ()),
     "precision": (("op",), ("target_path",), ("target_path",)),

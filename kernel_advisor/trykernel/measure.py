@@ -110,6 +110,10 @@ def _op_times(timed_sets, eager_step, options: TryOptions, dev) -> tuple[dict[st
                                  options.profile_steps, dev)
         eager_device_s = max(eager_device_s, base.total_s)
         b, c = sum(base.per_name_s.values()), sum(cand.per_name_s.values())
+        # NB: the candidate ran (the gate counted its calls) yet the profiler tied no device time to
+        # it — seen for module-swapped CUDA extension kernels, whose launches the profiler does not
+        # correlate with the enclosing range. Unmeasured is NaN, never 0 (which would read "free").
+        c = c if c > 0 else float("nan")
         out[s.name] = OpTiming(tuple(sorted(names)), c, b, b / c if b > 0 and c > 0 else float("nan"))
     return out, eager_device_s
 
