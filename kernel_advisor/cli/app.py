@@ -19,21 +19,39 @@ ClickExit = typer.Exit
 
 
 class AdvisorGroup(TyperGroup):
-    """Click reports usage errors with exit code 2; ours is 1 (bad input), 2 is the environment."""
+    """Every command's --help ends with the exit codes; usage errors are one line and exit 1.
+
+    Click reports usage errors as a multi-line panel with exit code 2; ours is 1 (bad input),
+    2 being the environment, and the same `advisor: error: <problem> — <fix>` line as every
+    other error.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        for command in self.commands.values():
+            if not command.epilog:
+                command.epilog = EXIT_CODE_HELP
 
     def make_context(self, *args, **kwargs):
         try:
             return super().make_context(*args, **kwargs)
         except UsageError as e:
-            e.exit_code = ExitCode.USER_INPUT
-            raise
+            _usage_error(e)
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except UsageError as e:
-            e.exit_code = ExitCode.USER_INPUT
-            raise
+            _usage_error(e)
+
+
+def _usage_error(e: Exception) -> None:
+    if type(e).__name__ == "NoArgsIsHelpError":  # `advisor` with nothing after it: the help, exit 1
+        e.exit_code = ExitCode.USER_INPUT  # type: ignore[attr-defined]
+        raise e
+    ctx = getattr(e, "ctx", None)
+    command = ctx.command_path if ctx is not None else "advisor"
+    fail(f"{e.format_message()} — see `{command} --help`", int(ExitCode.USER_INPUT))  # type: ignore[attr-defined]
 
 
 def new_typer(**kwargs) -> typer.Typer:
@@ -46,15 +64,22 @@ app = new_typer(
     "whether a custom kernel is worth writing — and what to do instead.",
     no_args_is_help=True,
 )
-_STATE = {"debug": os.environ.get("ADVISOR_DEBUG", "") not in ("", "0")}
+
+
+def _debug_from_env() -> bool:
+    return os.environ.get("ADVISOR_DEBUG", "") not in ("", "0")
+
+
+_STATE = {"debug": _debug_from_env()}
 
 
 @app.callback()
 def _root(
-    debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")] = False,
+    debug: Annotated[bool, typer.Option(
+        "--debug", help="Show full tracebacks on errors (or set ADVISOR_DEBUG=1).")] = False,
 ) -> None:
-    if debug:
-        _STATE["debug"] = True
+    # Assigned on every invocation: one `--debug` must not leak into the next in-process call.
+    _STATE["debug"] = debug or _debug_from_env()
 
 
 def debug_enabled() -> bool:

@@ -17,6 +17,7 @@ from kernel_advisor.analyze.ceilings import (
 )
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
+from kernel_advisor.collect.rundir import write_error
 from kernel_advisor.render.units import fmt_frac_pct, fmt_si, fmt_time_s
 
 
@@ -78,7 +79,10 @@ def calibrate_cmd(
     from_cache = cal is not None
     if cal is None:
         cal = _measure(device_type, show_progress=not json_out)
-        path = write_cache(cal)
+        try:
+            path = write_cache(cal)
+        except OSError as e:  # write_cache removed its temporary file; the old cache is intact
+            raise write_error(path, e) from None
     ceilings = resolve_ceilings(identity.name, identity.driver, device_type=device_type)
     sheet = datasheet_ceilings(identity.name, device_type)
     if json_out:

@@ -21,7 +21,9 @@ def warn(message: str) -> None:
 def step_progress(enabled: bool = True):
     """A rich progress bar on stderr, and the callback the collect layer reports to."""
     progress = Progress(TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), console=err, transient=True, disable=not enabled)
+                        TimeElapsedColumn(), console=err, transient=True,
+                        # a transient bar on a non-terminal stderr leaves a stray blank line in logs
+                        disable=not enabled or not err.is_terminal)
     tasks: dict[str, int] = {}
 
     def report(phase: str, done: int, total: int) -> None:

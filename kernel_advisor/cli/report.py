@@ -19,8 +19,10 @@ def report_cmd(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="HTML file to write (default RUN/report.html).")] = None,
     top: Annotated[int, typer.Option(help="Hotspot rows in the table.")] = DEFAULT_TOP,
 ) -> None:
-    """Write one HTML file (no network needed) with the summary, ceilings, roofline, hotspots,
-    regions, recommendations and try-kernel results of a run."""
+    """Write one self-contained HTML report of a run (no network needed).
+
+    Summary, ceilings, roofline, hotspots, regions, recommendations and try-kernel results.
+    """
     run_dir = resolve_run(run)
     out = output if output is not None else run_dir / "report.html"
     result = write_report(load_run(run_dir), out, top)

@@ -18,7 +18,7 @@ def roofline_cmd(
     run: Annotated[Optional[Path], typer.Argument(help="Run directory (default: the latest run).")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Image to write, .png or .svg (default RUN/roofline.png).")] = None,
 ) -> None:
-    """Draw the device's roofs and every modelled hotspot (log-log; needs kernel_advisor[plot])."""
+    """Draw the device's roofs and every modelled hotspot, log-log (needs matplotlib)."""
     run_dir = resolve_run(run)
     out = output if output is not None else run_dir / "roofline.png"
     fmt = chart_format(out.suffix)  # before any work: a wrong name fails fast

@@ -84,9 +84,10 @@ def try_kernel_cmd(
     _print(result, json_out)
     failed = result.report.failed_candidates
     if failed:
-        names = ", ".join(v.name for v in failed)
-        raise CorrectnessError(f"{len(failed)} candidate(s) FAILED the correctness gate: {names}",
-                               "see the reasons above; a failed kernel is never reported as faster")
+        first = failed[0]
+        more = f" (and {len(failed) - 1} more, listed in the table)" if len(failed) > 1 else ""
+        raise CorrectnessError(f"{first.name} FAILED the correctness gate: {first.reason}{more}",
+                               "a failed kernel is never reported as faster; fix it and try again")
 
 
 def _use_triton_interpreter() -> None:

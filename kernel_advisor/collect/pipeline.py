@@ -13,8 +13,8 @@ from kernel_advisor.collect.attribute import Attribution, attribute
 from kernel_advisor.collect.environment import device_info, numerics_settings, versions
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.profiler import Capture, Progress, capture, effective_dtype
-from kernel_advisor.collect.rundir import (SCHEMA_VERSION, RunWriter, check_writable_target, write_json_atomic,
-                                           write_table)
+from kernel_advisor.collect.rundir import (SCHEMA_VERSION, RunWriter, check_writable_target, write_error,
+                                           write_json_atomic, write_table)
 from kernel_advisor.collect.trace_reader import TraceData, read_trace
 from kernel_advisor.errors import UserInputError
 
@@ -52,7 +52,10 @@ def _write_run(out_dir: Path, attr: Attribution, meta: dict, trace_src: Path) ->
     with RunWriter(out_dir) as tmp:
         write_table(tmp / FILES["ops"], ops)
         write_table(tmp / FILES["sequence"], attr.sequence)
-        _copy_gzipped(trace_src, tmp / FILES["trace"])
+        try:
+            _copy_gzipped(trace_src, tmp / FILES["trace"])
+        except OSError as e:  # read_trace has just read the source: this is the write (disk full)
+            raise write_error(out_dir, e) from None
         write_json_atomic(tmp / "run.json", meta)
     return out_dir
 

@@ -10,6 +10,7 @@ import contextlib
 import resource
 import statistics
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -122,8 +123,16 @@ def _profiled_steps(step, steps: int, sync, trace_path: Path, dev: torch.device,
     activities = [ProfilerActivity.CPU]
     if dev.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    walls: list[float] = []
     # The trace is exported from on_trace_ready: the profiler drops its events when the cycle ends.
+    # That is also what torch warns about on every run; we export the one cycle we need, so the
+    # warning would only be noise on the user's stderr.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
+        return _record(step, steps, sync, trace_path, activities, report)
+
+
+def _record(step, steps: int, sync, trace_path: Path, activities: list, report: Progress) -> list[float]:
+    walls: list[float] = []
     with profile(activities=activities, record_shapes=True,
                  schedule=schedule(wait=0, warmup=1, active=steps),
                  on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path))) as prof:

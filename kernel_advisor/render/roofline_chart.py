@@ -9,13 +9,13 @@ are counted for the caption, not drawn.
 from __future__ import annotations
 
 import io
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from kernel_advisor.collect.rundir import write_bytes_atomic
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
 from kernel_advisor.render.units import fmt_pct, fmt_si, shorten
 
@@ -255,10 +255,7 @@ def _style_axes(ax, data: RooflineData, xlim: tuple[float, float], ylim: tuple[f
 
 def write_chart(chart: RenderedChart, path: Path) -> None:
     """Atomically: a viewer never sees half a file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(chart.data)
-    os.replace(tmp, path)
+    write_bytes_atomic(Path(path), chart.data)
 
 
 def svg_for_html(chart: RenderedChart) -> str:

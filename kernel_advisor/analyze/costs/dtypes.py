@@ -9,6 +9,8 @@ import functools
 
 import torch
 
+from kernel_advisor.analyze.costs.errors import Unmodelled
+
 SCALAR = "scalar"  # a Scalar argument (a Python number), never a tensor
 NONE = ""  # None or an argument torch.profiler does not record
 TENSOR_LIST = "TensorList"  # torch.profiler records no element dtype for a Tensor[] argument
@@ -106,7 +108,10 @@ def category(name: str) -> int:
 
 def promote(names: list[str]) -> str:
     dtypes = [_torch_dtype(n) for n in names]
-    return str(functools.reduce(torch.promote_types, dtypes)).removeprefix("torch.")
+    try:
+        return str(functools.reduce(torch.promote_types, dtypes)).removeprefix("torch.")
+    except RuntimeError:  # e.g. float8 with anything else: ATen refuses the op, so do we
+        raise Unmodelled(f"torch does not promote {names}") from None
 
 
 _DEFAULT_FOR_CATEGORY = {0: "bool", 1: "int64", 2: "float32", 3: "complex64"}

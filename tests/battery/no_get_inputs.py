@@ -1,0 +1,7 @@
+"""Battery fixture: `Model` without `get_inputs()`."""
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
