@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU pass behind docs/benchmarks.md: GPU tests, calibration, every benchmark.
-# Run on the GPU machine from the repo root: benchmarks/gpu_pass.sh tests|bench|all OUTDIR
+# Run on the GPU machine from the repo root: benchmarks/gpu_pass.sh OUTDIR STEP...
+# Steps: gpu_tests calibrate profile ncu recommend kernels cuda_kernels try_kernel
 set -uo pipefail
-part=${1:-all}
-out=${2:-gpu-pass}
+out=${1:-gpu-pass}
 mkdir -p "$out"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export ADVISOR_HOME=$out/advisor-home ADVISOR_CACHE_DIR=$out/cache
@@ -20,16 +20,17 @@ run() {  # name, command...: log each step, keep going, record its exit code
   python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
   date -u; } > "$out/env.txt" 2>&1
 cat "$out/env.txt"
-if [ "$part" = tests ] || [ "$part" = all ]; then
-    run gpu_tests python3 -m pytest -q -m gpu -p no:cacheprovider tests/ --timeout 300
-    run calibrate python3 -m kernel_advisor calibrate --device cuda --json
-    run bench_profile python3 benchmarks/bench_profile.py --out "$out/profile"
-    run ncu_accuracy python3 benchmarks/ncu_accuracy.py --out "$out/ncu"
-fi
-if [ "$part" = bench ] || [ "$part" = all ]; then
-    run bench_kernels python3 benchmarks/bench_kernels.py --out "$out/kernels"
-    run bench_cuda_kernels python3 benchmarks/bench_cuda_kernels.py --out "$out/cuda_kernels"
-    run bench_recommend python3 benchmarks/bench_recommend_gpt.py --out "$out/recommend"
-    run bench_try_kernel python3 benchmarks/bench_try_kernel.py --out "$out/try_kernel"
-fi
+for step in "${@:2}"; do
+    case $step in
+        gpu_tests) run gpu_tests python3 -m pytest -q -m gpu -p no:cacheprovider -n 4 tests/ --timeout 300 ;;
+        calibrate) run calibrate python3 -m kernel_advisor calibrate --device cuda --json ;;
+        profile) run bench_profile python3 benchmarks/bench_profile.py --out "$out/profile" ;;
+        ncu) run ncu_accuracy python3 benchmarks/ncu_accuracy.py --out "$out/ncu" ;;
+        recommend) run bench_recommend python3 benchmarks/bench_recommend_gpt.py --out "$out/recommend" ;;
+        kernels) run bench_kernels python3 benchmarks/bench_kernels.py --out "$out/kernels" ;;
+        cuda_kernels) run bench_cuda_kernels python3 benchmarks/bench_cuda_kernels.py --out "$out/cuda_kernels" ;;
+        try_kernel) run bench_try_kernel python3 benchmarks/bench_try_kernel.py --out "$out/try_kernel" ;;
+        *) echo "unknown step $step" ;;
+    esac
+done
 cat "$out/summary.txt"
