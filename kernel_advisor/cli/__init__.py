@@ -11,11 +11,7 @@ _COMMAND_MODULES = (
     "report", "roofline", "compare",
 )
 for _name in _COMMAND_MODULES:
-    try:
-        importlib.import_module(f"kernel_advisor.cli.{_name}")
-    except ModuleNotFoundError as _e:  # a command whose module is not written yet
-        if _e.name != f"kernel_advisor.cli.{_name}":
-            raise
+    importlib.import_module(f"kernel_advisor.cli.{_name}")
 
 
 def main() -> None:
