@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 
 from kernel_advisor.analyze.ceilings import (
-    CACHE_SCHEMA_VERSION, MeasuredCeilings, cache_file,
+    MeasuredCeilings, cache_file, read_cache,
 )
 from kernel_advisor.collect.environment import device_info
 from kernel_advisor.distributed.comms import algbw_bytes_per_s, busbw_bytes_per_s
@@ -363,14 +363,4 @@ def write_cache(calibration: Calibration, cache_dir: Path | str | None = None) -
 def read_calibration(device_name: str, driver: str,
                      cache_dir: Path | str | None = None) -> Calibration | None:
     """The full cached calibration (with per-step details), or None."""
-    path = cache_file(device_name, driver, cache_dir)
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text())
-        if data.get("schema_version") != CACHE_SCHEMA_VERSION:
-            return None
-        return Calibration.from_json(data)
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise UserInputError(f"the calibration cache {path} is unreadable ({e})",
-                             "delete it or run `advisor calibrate --force`") from e
+    return read_cache(device_name, driver, Calibration.from_json, cache_dir)

@@ -316,9 +316,8 @@ def cache_file(device_name: str, driver: str, cache_dir: Path | str | None = Non
     return Path(cache_dir or default_cache_dir()) / f"{cache_slug(device_name, driver)}.json"
 
 
-def read_measured(device_name: str, driver: str,
-                  cache_dir: Path | str | None = None) -> MeasuredCeilings | None:
-    """The cached calibration for this device + driver, or None when there is none."""
+def read_cache(device_name: str, driver: str, parse, cache_dir: Path | str | None = None):
+    """`parse(json)` of the cached calibration for this device + driver, or None when there is none."""
     path = cache_file(device_name, driver, cache_dir)
     if not path.is_file():
         return None
@@ -326,10 +325,16 @@ def read_measured(device_name: str, driver: str,
         data = json.loads(path.read_text())
         if data.get("schema_version") != CACHE_SCHEMA_VERSION:
             return None  # written by another version: recalibrate rather than misread
-        return MeasuredCeilings.from_json(data)
+        return parse(data)
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise UserInputError(f"the calibration cache {path} is unreadable ({e})",
                              "delete it or run `advisor calibrate --force`") from e
+
+
+def read_measured(device_name: str, driver: str,
+                  cache_dir: Path | str | None = None) -> MeasuredCeilings | None:
+    """The cached ceilings for this device + driver, or None when there is none."""
+    return read_cache(device_name, driver, MeasuredCeilings.from_json, cache_dir)
 
 
 # ---------------------------------------------------------------- resolution

@@ -1,7 +1,6 @@
 """`advisor profile MODEL.py`: profile a model and save the run."""
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -9,6 +8,7 @@ import typer
 
 from kernel_advisor.analyze.regions import region_view
 from kernel_advisor.cli import console
+from kernel_advisor.cli.options import Device, DType, Mode
 from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.collect.loader import load_model
 from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
@@ -22,22 +22,6 @@ from kernel_advisor.render.dist_render import collective_table, distributed_json
 from kernel_advisor.render.profile_render import hotspot_table, profile_json, region_table, summary_line
 
 
-class Device(str, Enum):
-    auto = "auto"
-    cuda = "cuda"
-    cpu = "cpu"
-
-
-class Mode(str, Enum):
-    inference = "inference"
-    train = "train"
-
-
-class DType(str, Enum):
-    keep = "keep"
-    float32 = "float32"
-    bfloat16 = "bfloat16"
-    float16 = "float16"
 
 
 @app.command("profile")

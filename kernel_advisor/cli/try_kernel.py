@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from kernel_advisor.cli import console
+from kernel_advisor.cli.options import Device, DType, Mode
 from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.collect.loader import load_model, resolve_device
 from kernel_advisor.errors import CorrectnessError, UserInputError
@@ -19,22 +20,6 @@ from kernel_advisor.trykernel.driver import run_try_kernel
 from kernel_advisor.trykernel.sets import TryOptions
 
 
-class Device(str, Enum):
-    auto = "auto"
-    cuda = "cuda"
-    cpu = "cpu"
-
-
-class Mode(str, Enum):
-    inference = "inference"
-    train = "train"
-
-
-class DType(str, Enum):
-    keep = "keep"
-    float32 = "float32"
-    bfloat16 = "bfloat16"
-    float16 = "float16"
 
 
 class CompileMode(str, Enum):

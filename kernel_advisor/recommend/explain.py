@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import torch
 
 from kernel_advisor.errors import UserInputError
 
