@@ -71,3 +71,24 @@ def test_profiled_op_time_counts_only_the_outermost_named_event():
     ranged = profiled_op_times(step, contextlib.nullcontext, names | {"try_kernel::demo"}, 2, torch.device("cpu"))
     assert ranged.per_name_s["aten::softmax"] == 0.0  # now inside the named range
     assert ranged.per_name_s["try_kernel::demo"] > 0
+
+
+def test_each_variant_runs_inside_its_own_nvtx_range(monkeypatch):
+    import contextlib
+
+    from kernel_advisor.trykernel import timing
+
+    opened = []
+
+    @contextlib.contextmanager
+    def record(name):
+        opened.append(name)
+        yield
+
+    monkeypatch.setattr(timing, "nvtx_range", record)
+    variants = [timing.TimedVariant(n, contextlib.nullcontext, lambda: None) for n in ("eager", "triton.softmax")]
+    timing.interleaved_times_s(variants, reps=2, warmup=1, device=torch.device("cpu"))
+    # one warm-up range per variant, then one range per variant per round: 2 + 2*2 = 6
+    assert opened.count("advisor/try-kernel/warmup/eager") == 1
+    assert opened.count("advisor/try-kernel/eager") == 2
+    assert opened.count("advisor/try-kernel/triton.softmax") == 2 and len(opened) == 6

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from kernel_advisor.collect.nvtx_ranges import nvtx_range
+
 BOOTSTRAP_SAMPLES = 2000
 CONFIDENCE = 0.95
 L2_FLUSH_FACTOR = 2
@@ -43,7 +45,7 @@ def interleaved_times_s(variants: Sequence[TimedVariant], reps: int, warmup: int
                         device: torch.device) -> dict[str, list[float]]:
     """Step times per variant: `reps` rounds, every variant once per round."""
     for v in variants:
-        with v.activate():
+        with v.activate(), nvtx_range(f"advisor/try-kernel/warmup/{v.name}"):
             for _ in range(warmup):
                 v.step()
     _sync(device)
@@ -62,7 +64,7 @@ def _cuda_rounds(variants: Sequence[TimedVariant], reps: int, device: torch.devi
     events: dict[str, list[tuple]] = {v.name: [] for v in variants}
     for r in range(reps):
         for v in _order(variants, r):
-            with v.activate():
+            with v.activate(), nvtx_range(f"advisor/try-kernel/{v.name}"):
                 flush.zero_()  # evicts the previous step's data from L2; not timed
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
@@ -77,7 +79,7 @@ def _cpu_rounds(variants: Sequence[TimedVariant], reps: int) -> dict[str, list[f
     times: dict[str, list[float]] = {v.name: [] for v in variants}
     for r in range(reps):
         for v in _order(variants, r):
-            with v.activate():
+            with v.activate(), nvtx_range(f"advisor/try-kernel/{v.name}"):
                 t0 = time.perf_counter()
                 v.step()
                 times[v.name].append(time.perf_counter() - t0)
