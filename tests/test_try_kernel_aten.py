@@ -190,8 +190,13 @@ def test_resolve_op_spellings_and_errors():
     with pytest.raises(UserInputError, match="unknown aten op"):
         resolve_op("aten::no_such_op")
     with pytest.raises(UserInputError) as err:
-        resolve_op("aten::add")  # several overloads and no default
+        resolve_op("aten::add")  # several tensor overloads; add.default is Scalar + Scalar
     assert "aten::add.Tensor" in err.value.fix
+
+
+def test_a_bare_name_means_the_tensor_default_overload():
+    # torch 2.13 has aten.mm.default and aten.mm.dtype; the profiler's "aten::mm" is the default
+    assert resolve_op("aten::mm") is torch.ops.aten.mm.default
 
 
 def test_signature_check_against_the_schema():

@@ -63,12 +63,27 @@ def resolve_op(text: str) -> torch._ops.OpOverload:
                              "name an aten op as the profiler shows it, e.g. --op aten::_softmax")
     overloads = packet.overloads()
     functional = [o for o in overloads if not o.endswith("out")]  # out= variants are never what runs
-    chosen = overload or (functional[0] if len(functional) == 1 else "")
+    chosen = overload or _implicit_overload(packet, functional)
     if chosen not in overloads:
         names = ", ".join(f"aten::{base}.{o}" if o != "default" else f"aten::{base}" for o in functional)
         raise UserInputError(f"aten::{base} has no overload '{overload}'" if overload
                              else f"aten::{base} has several overloads", f"pick one of: {names}")
     return getattr(packet, chosen)
+
+
+def _implicit_overload(packet, functional: list[str]) -> str:
+    """The overload a bare profiler name means: the only one, or a tensor `default`.
+
+    "aten::mm" is aten.mm.default even though torch also has mm.dtype; but aten.add.default
+    is TorchScript's Scalar + Scalar, never what a tensor op ran, so "aten::add" stays ambiguous.
+    """
+    if len(functional) == 1:
+        return functional[0]
+    if "default" in functional:
+        args = packet.default._schema.arguments
+        if args and str(args[0].type) == "Tensor":
+            return "default"
+    return ""
 
 
 def has_kernel(name: str, key: str) -> bool:
