@@ -1,6 +1,6 @@
 """Cross-entropy over large vocabularies, forward and backward, chunked over the vocab.
 
-The forward streams each row of logits once (online max/sum) and keeps only a float32
+The forward streams each row of logits once (block-wise online max/sum) and keeps a float32
 log-sum-exp per row; no (rows, vocab) probability or log-probability tensor is ever built.
 The backward streams the row again and writes the gradient: logits are read twice in
 total and the only (rows, vocab) allocation is the gradient itself.
@@ -12,38 +12,98 @@ import triton
 import triton.language as tl
 
 from reference_kernels.triton._common import (
-    acc_torch_dtype, acc_type, check_same_device, check_tensor, num_warps_for, online_update,
+    acc_torch_dtype, acc_type, check_same_device, check_tensor, num_warps_for,
 )
 
 MAX_BLOCK_COLS = 8192
+# Forward: one program per row when the rows alone fill the GPU (measured on an H200 at
+# 16384x8192: 0.99 of copy bandwidth in fp32, where 4-16 KiB chunks plus a merge kernel gave
+# 0.89-0.94); only short batches split rows into chunks of >= FWD_MIN_CHUNK_BYTES.
+FWD_PROGRAMS_PER_SM = 8
+FWD_MIN_CHUNK_BYTES = 16384
+FWD_BYTES_PER_THREAD = 128  # 8 x 16-byte loads in flight per thread and block
+COMBINE_TILE = 1024  # partials per combine program (rows x chunks)
 REDUCTIONS = ("mean", "sum", "none")
 
 
 @triton.jit
-def _ce_fwd(logits_ptr, target_ptr, loss_ptr, lse_ptr, n_cols, row_stride, ignore_index,
-            ACC: tl.constexpr, BLOCK_N: tl.constexpr):
-    # One row per program: reads n_cols*elt bytes of logits and one target, writes two
-    # floats (loss, log-sum-exp). Rows with an out-of-range target get a NaN loss.
-    row = tl.program_id(0).to(tl.int64)
-    x_row = logits_ptr + row * row_stride
-    # The target logit first: its two dependent loads overlap the row's stream.
-    target = tl.load(target_ptr + row).to(tl.int64)
+def _chunk_max_sumexp(x_row, start, stop, n_cols, ACC: tl.constexpr, BLOCK_N: tl.constexpr):
+    # (max, sum exp(x - max)) of x_row[start:stop]; stop - start is a multiple of BLOCK_N or
+    # ends at n_cols. The max is rescaled once per block, not per element: one exp per logit
+    # (a per-element online update costs three, which made the bf16 forward exp-bound), taken
+    # as exp2(x*log2(e) - max*log2(e)): one FMA + one ex2 per logit.
+    # NB: rounding max*log2(e) shifts the result by ~1 ulp of max, as the subtraction would.
+    cols = tl.arange(0, BLOCK_N)
+    x = tl.load(x_row + start + cols, mask=start + cols < n_cols, other=-float("inf")).to(ACC)
+    m = tl.max(x, axis=0)
+    shift = tl.where(m == -float("inf"), 0.0, m)
+    s = tl.sum(tl.exp2(x * 1.4426950408889634 - shift * 1.4426950408889634), axis=0)
+    for block_start in range(start + BLOCK_N, stop, BLOCK_N):
+        x = tl.load(x_row + block_start + cols, mask=block_start + cols < n_cols,
+                    other=-float("inf")).to(ACC)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        shift = tl.where(m_new == -float("inf"), 0.0, m_new)
+        s = s * tl.exp(m - shift) + tl.sum(
+            tl.exp2(x * 1.4426950408889634 - shift * 1.4426950408889634), axis=0)
+        m = m_new
+    return m, s
+
+
+@triton.jit
+def _ce_loss_store(logits_ptr, target_ptr, loss_ptr, lse_ptr, rows, live, lse, n_cols,
+                   row_stride, ignore_index):
+    # Loss = lse - x[target]; reads one target and one logit per row, writes two floats.
+    # Rows with an out-of-range target get a NaN loss, ignored rows 0.
+    target = tl.load(target_ptr + rows, mask=live, other=ignore_index).to(tl.int64)
     ignored = target == ignore_index
     valid = (target >= 0) & (target < n_cols)
-    x_target = tl.load(x_row + target, mask=valid & (target != ignore_index), other=0.0).to(ACC)
-    cols = tl.arange(0, BLOCK_N)
-    m = tl.full([BLOCK_N], -float("inf"), ACC)
-    s = tl.zeros([BLOCK_N], ACC)
-    for start in range(0, n_cols, BLOCK_N):
-        x = tl.load(x_row + start + cols, mask=start + cols < n_cols,
-                    other=-float("inf")).to(ACC)
-        m, s = online_update(m, s, x)
-    row_max = tl.max(m, axis=0)
-    shift = tl.where(row_max == -float("inf"), 0.0, row_max)
-    lse = row_max + tl.log(tl.sum(s * tl.exp(m - shift), axis=0))
+    x_target = tl.load(logits_ptr + rows * row_stride + target, mask=live & valid & ~ignored,
+                       other=0.0).to(lse.dtype)
     loss = tl.where(valid, lse - x_target, float("nan"))
-    tl.store(loss_ptr + row, tl.where(ignored, 0.0, loss))
-    tl.store(lse_ptr + row, lse)
+    tl.store(loss_ptr + rows, tl.where(ignored, 0.0, loss), mask=live)
+    tl.store(lse_ptr + rows, lse, mask=live)
+
+
+@triton.jit
+def _ce_fwd_row(logits_ptr, target_ptr, loss_ptr, lse_ptr, n_cols, row_stride, ignore_index,
+                ACC: tl.constexpr, BLOCK_N: tl.constexpr):
+    # One program per row (the whole row is one chunk): reads n_cols*elt bytes of logits.
+    row = tl.program_id(0).to(tl.int64)
+    m, s = _chunk_max_sumexp(logits_ptr + row * row_stride, 0, n_cols, n_cols, ACC, BLOCK_N)
+    _ce_loss_store(logits_ptr, target_ptr, loss_ptr, lse_ptr, row, row >= 0, m + tl.log(s),
+                   n_cols, row_stride, ignore_index)
+
+
+@triton.jit
+def _ce_fwd_partial(logits_ptr, part_max_ptr, part_sum_ptr, n_cols, row_stride, n_chunks,
+                    ACC: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK_N: tl.constexpr):
+    # Program (row, chunk) reads CHUNK_N*elt bytes of logits and writes 2 partial floats.
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    start = chunk * CHUNK_N
+    stop = tl.minimum(start + CHUNK_N, n_cols)
+    m, s = _chunk_max_sumexp(logits_ptr + row * row_stride, start, stop, n_cols, ACC, BLOCK_N)
+    tl.store(part_max_ptr + row * n_chunks + chunk, m)
+    tl.store(part_sum_ptr + row * n_chunks + chunk, s)
+
+
+@triton.jit
+def _ce_fwd_combine(logits_ptr, target_ptr, part_max_ptr, part_sum_ptr, loss_ptr, lse_ptr,
+                    n_rows, n_cols, row_stride, n_chunks, ignore_index,
+                    ROWS: tl.constexpr, CHUNKS: tl.constexpr):
+    # Log-sum-exp merge of the chunk partials of ROWS rows: reads 2*n_chunks floats per row.
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    chunks = tl.arange(0, CHUNKS)
+    in_rows = rows < n_rows
+    offs = rows[:, None] * n_chunks + chunks[None, :]
+    mask = in_rows[:, None] & (chunks[None, :] < n_chunks)
+    m = tl.load(part_max_ptr + offs, mask=mask, other=-float("inf"))
+    s = tl.load(part_sum_ptr + offs, mask=mask, other=0.0)
+    row_max = tl.max(m, axis=1)
+    shift = tl.where(row_max == -float("inf"), 0.0, row_max)
+    lse = row_max + tl.log(tl.sum(s * tl.exp(m - shift[:, None]), axis=1))
+    _ce_loss_store(logits_ptr, target_ptr, loss_ptr, lse_ptr, rows, in_rows, lse, n_cols,
+                   row_stride, ignore_index)
 
 
 @triton.jit
@@ -69,6 +129,26 @@ def _block_cols(n_cols: int) -> int:
     return min(triton.next_power_of_2(n_cols), MAX_BLOCK_COLS)
 
 
+def _fwd_chunks(n_rows: int, n_cols: int, elt_bytes: int, device: torch.device) -> int:
+    if device.type == "cuda":
+        target = torch.cuda.get_device_properties(device).multi_processor_count
+        target *= FWD_PROGRAMS_PER_SM
+    else:
+        target = 4  # the interpreter: enough to exercise the chunked path on short batches
+    if n_rows >= target:
+        return 1
+    return max(1, min(triton.cdiv(target, n_rows),
+                      triton.cdiv(n_cols * elt_bytes, FWD_MIN_CHUNK_BYTES)))
+
+
+def _fwd_warps(block_cols: int, elt_bytes: int) -> int:
+    # Measured on an H200: 8 warps for an 8192-column fp32 block, 4 for bf16 (0.83 of copy
+    # against 0.62 with 16 warps, 0.78-0.79 with 2 or 8): a streaming reduction wants more
+    # resident programs per SM rather than more warps per program.
+    warps = block_cols * elt_bytes // (32 * FWD_BYTES_PER_THREAD)
+    return max(1, min(16, triton.next_power_of_2(max(warps, 1))))
+
+
 def cross_entropy_fwd(logits2d: torch.Tensor, target: torch.Tensor, ignore_index: int):
     """Per-row losses (0 for ignored rows) and per-row log-sum-exp, in the accumulation dtype."""
     n_rows, n_cols = logits2d.shape
@@ -76,11 +156,36 @@ def cross_entropy_fwd(logits2d: torch.Tensor, target: torch.Tensor, ignore_index
     losses = torch.empty(n_rows, dtype=acc_dtype, device=logits2d.device)
     lse = torch.empty(n_rows, dtype=acc_dtype, device=logits2d.device)
     if n_rows:
-        block = _block_cols(n_cols)
-        _ce_fwd[(n_rows,)](logits2d, target, losses, lse, n_cols, logits2d.stride(0),
-                           ignore_index, ACC=acc_type(logits2d.dtype), BLOCK_N=block,
-                           num_warps=num_warps_for(block))
+        _launch_fwd(logits2d, target, losses, lse, ignore_index)
     return losses, lse
+
+
+def _launch_fwd(logits2d, target, losses, lse, ignore_index: int) -> None:
+    n_rows, n_cols = logits2d.shape
+    acc, elt_bytes = acc_type(logits2d.dtype), logits2d.element_size()
+    n_chunks = _fwd_chunks(n_rows, n_cols, elt_bytes, logits2d.device)
+    if n_chunks == 1:
+        block = _block_cols(n_cols)
+        _ce_fwd_row[(n_rows,)](logits2d, target, losses, lse, n_cols, logits2d.stride(0),
+                               ignore_index, ACC=acc, BLOCK_N=block,
+                               num_warps=_fwd_warps(block, elt_bytes))
+        return
+    block = _block_cols(triton.cdiv(n_cols, n_chunks))
+    chunk_cols = triton.cdiv(triton.cdiv(n_cols, n_chunks), block) * block
+    n_chunks = triton.cdiv(n_cols, chunk_cols)
+    # Partial (max, sum-exp) per chunk: 2*n_chunks floats per row (at most 2*4*1056 = 8448 B
+    # per row on an H200, against >= 16 KiB of logits per chunk), merged by a tiny kernel.
+    part_max = torch.empty((n_rows, n_chunks), dtype=lse.dtype, device=lse.device)
+    part_sum = torch.empty_like(part_max)
+    _ce_fwd_partial[(n_rows, n_chunks)](logits2d, part_max, part_sum, n_cols,
+                                        logits2d.stride(0), n_chunks, ACC=acc, BLOCK_N=block,
+                                        CHUNK_N=chunk_cols,
+                                        num_warps=_fwd_warps(block, elt_bytes))
+    chunks_p2 = triton.next_power_of_2(n_chunks)
+    rows_per_prog = max(1, min(COMBINE_TILE // chunks_p2, triton.next_power_of_2(n_rows)))
+    _ce_fwd_combine[(triton.cdiv(n_rows, rows_per_prog),)](
+        logits2d, target, part_max, part_sum, losses, lse, n_rows, n_cols, logits2d.stride(0),
+        n_chunks, ignore_index, ROWS=rows_per_prog, CHUNKS=chunks_p2, num_warps=4)
 
 
 def cross_entropy_bwd(logits2d, target, lse, row_scale: torch.Tensor,
