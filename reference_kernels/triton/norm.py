@@ -57,6 +57,14 @@ def _norm_fwd(x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr,
 
 
 @triton.jit
+def _load_rows(ptr, rows, row_ok, row_stride, cols, col_ok):
+    # A (BLOCK_M, BLOCK_N) tile in the storage dtype: prefetched tiles stay narrow in registers.
+    mask = row_ok[:, None] & col_ok[None, :]
+    return tl.load(ptr + rows.to(tl.int64)[:, None] * row_stride + cols[None, :], mask=mask,
+                   other=0.0)
+
+
+@triton.jit
 def _norm_bwd(x_ptr, w_ptr, mean_ptr, rstd_ptr, dy_ptr, dres_ptr, dx_ptr, dw_ptr, db_ptr,
               n_rows, n_cols, rows_per_prog, x_row_stride, dy_row_stride, dres_row_stride,
               IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, NEED_DW: tl.constexpr,
@@ -65,29 +73,43 @@ def _norm_bwd(x_ptr, w_ptr, mean_ptr, rstd_ptr, dy_ptr, dres_ptr, dx_ptr, dw_ptr
     # xhat = (x - mean)*rstd (mean = 0 for RMS), g = w*dy:
     # dx = rstd*(g - xhat*mean(g*xhat) - mean(g)) [RMS: no mean(g) term] (+ dres).
     # Per row reads 2*n_cols*elt (x, dy) [+ n_cols*elt dres], writes n_cols*elt (dx).
-    # dw = sum(dy*xhat), db = sum(dy) over rows go to per-program partial rows summed later.
+    # dw = sum(dy*xhat), db = sum(dy) over this program's rows: one fp32 partial row each
+    # (programs*n_cols*4 bytes written, re-read once by _sum_partials).
+    # The next row block's loads are issued before this block's reductions (a software
+    # double buffer): with ~1 program per SM that keeps two blocks of loads in flight.
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     if HAS_WEIGHT:
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(ACC)[None, :]
-    dw_acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
-    db_acc = tl.zeros([BLOCK_M, BLOCK_N], ACC)
+    dw_acc = tl.zeros([BLOCK_N], ACC)
+    db_acc = tl.zeros([BLOCK_N], ACC)
     row_start = pid * rows_per_prog
     row_end = tl.minimum(row_start + rows_per_prog, n_rows)
+    rows_n = row_start + tl.arange(0, BLOCK_M)
+    ok_n = rows_n < row_end
+    x_n = _load_rows(x_ptr, rows_n, ok_n, x_row_stride, cols, col_ok)
+    dy_n = _load_rows(dy_ptr, rows_n, ok_n, dy_row_stride, cols, col_ok)
+    rstd_n = tl.load(rstd_ptr + rows_n, mask=ok_n, other=0.0)
+    mean_n = rstd_n  # RMS: unused (mean = 0)
+    if not IS_RMS:
+        mean_n = tl.load(mean_ptr + rows_n, mask=ok_n, other=0.0)
     for block_start in range(row_start, row_end, BLOCK_M):
-        rows = block_start + tl.arange(0, BLOCK_M)
-        row_ok = rows < row_end
-        rows64 = rows.to(tl.int64)[:, None]
+        rows, row_ok = rows_n, ok_n
+        x, dy, rstd, mean = x_n.to(ACC), dy_n.to(ACC), rstd_n[:, None], mean_n[:, None]
+        if HAS_DRES:  # issued before the reductions, so its latency hides behind them
+            dres = _load_rows(dres_ptr, rows, row_ok, dres_row_stride, cols, col_ok)
+        rows_n = rows + BLOCK_M
+        ok_n = rows_n < row_end
+        x_n = _load_rows(x_ptr, rows_n, ok_n, x_row_stride, cols, col_ok)
+        dy_n = _load_rows(dy_ptr, rows_n, ok_n, dy_row_stride, cols, col_ok)
+        rstd_n = tl.load(rstd_ptr + rows_n, mask=ok_n, other=0.0)
+        if not IS_RMS:
+            mean_n = tl.load(mean_ptr + rows_n, mask=ok_n, other=0.0)
         mask = row_ok[:, None] & col_ok[None, :]
-        x = tl.load(x_ptr + rows64 * x_row_stride + cols[None, :], mask=mask, other=0.0).to(ACC)
-        dy = tl.load(dy_ptr + rows64 * dy_row_stride + cols[None, :], mask=mask,
-                     other=0.0).to(ACC)
-        rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)[:, None]
         if IS_RMS:
             xhat = x * rstd
         else:
-            mean = tl.load(mean_ptr + rows, mask=row_ok, other=0.0)[:, None]
             xhat = tl.where(mask, (x - mean) * rstd, 0.0)
         g = dy
         if HAS_WEIGHT:
@@ -98,18 +120,17 @@ def _norm_bwd(x_ptr, w_ptr, mean_ptr, rstd_ptr, dy_ptr, dres_ptr, dx_ptr, dw_ptr
         else:
             dx = (g - xhat * c1 - tl.sum(g, axis=1)[:, None] / n_cols) * rstd
         if HAS_DRES:
-            dx += tl.load(dres_ptr + rows64 * dres_row_stride + cols[None, :], mask=mask,
-                          other=0.0).to(ACC)
-        tl.store(dx_ptr + rows64 * n_cols + cols[None, :], dx.to(dx_ptr.dtype.element_ty),
-                 mask=mask)
+            dx += dres.to(ACC)
+        tl.store(dx_ptr + rows.to(tl.int64)[:, None] * n_cols + cols[None, :],
+                 dx.to(dx_ptr.dtype.element_ty), mask=mask)
         if NEED_DW:
-            dw_acc += dy * xhat
+            dw_acc += tl.sum(dy * xhat, axis=0)
         if NEED_DB:
-            db_acc += dy
+            db_acc += tl.sum(dy, axis=0)
     if NEED_DW:
-        tl.store(dw_ptr + pid * n_cols + cols, tl.sum(dw_acc, axis=0), mask=col_ok)
+        tl.store(dw_ptr + pid * n_cols + cols, dw_acc, mask=col_ok)
     if NEED_DB:
-        tl.store(db_ptr + pid * n_cols + cols, tl.sum(db_acc, axis=0), mask=col_ok)
+        tl.store(db_ptr + pid * n_cols + cols, db_acc, mask=col_ok)
 
 
 def _tile(n_rows: int, n_cols: int) -> tuple[int, int]:
@@ -147,7 +168,8 @@ def norm_bwd(x2d, weight, mean, rstd, dy2d, dres2d, need_dw: bool, need_db: bool
     dev, acc_dtype = x2d.device, acc_torch_dtype(x2d.dtype)
     dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=dev)
     block_m, block_n = _tile(n_rows, n_cols)
-    programs = partial_sum_programs(dev, triton.cdiv(n_rows, block_m))
+    num_warps = num_warps_for(block_m * block_n)
+    programs = _bwd_programs(dev, triton.cdiv(n_rows, block_m), num_warps)
     rows_per_prog = triton.cdiv(n_rows, programs)
     dw_part = torch.empty((programs, n_cols), dtype=acc_dtype, device=dev) if need_dw else None
     db_part = torch.empty((programs, n_cols), dtype=acc_dtype, device=dev) if need_db else None
@@ -158,12 +180,26 @@ def norm_bwd(x2d, weight, mean, rstd, dy2d, dres2d, need_dw: bool, need_db: bool
             dres2d.stride(0) if dres2d is not None else 0,
             IS_RMS=is_rms, HAS_WEIGHT=weight is not None, NEED_DW=need_dw, NEED_DB=need_db,
             HAS_DRES=dres2d is not None, ACC=acc_type(x2d.dtype),
-            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps_for(block_m * block_n))
+            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
     elif need_dw or need_db:
         programs = 0  # no rows: the parameter gradients are zero
     dw = _sum_partials(dw_part, programs) if need_dw else None
     db = _sum_partials(db_part, programs) if need_db else None
     return dx, dw, db
+
+
+def _bwd_programs(device: torch.device, n_row_blocks: int, num_warps: int) -> int:
+    """A fixed program count per device and tile (so dw/db are bitwise reproducible).
+
+    ~16 resident warps per SM: with the kernel's double-buffered loads that already keeps
+    DRAM busy, and each extra program costs a partial row (2 * n_cols * 4 bytes written
+    and re-read): at 16384x8192 bf16, 4 programs/SM put 69 MB of partials on 805 MB.
+    """
+    if device.type != "cuda":
+        return partial_sum_programs(device, n_row_blocks)
+    per_sm = max(1, 16 // num_warps)  # NB: measured on H200 at 8192 cols: 1 beats 2 and 4
+    sm_count = torch.cuda.get_device_properties(device).multi_processor_count
+    return max(1, min(n_row_blocks, sm_count * per_sm))
 
 
 def _sum_partials(part: torch.Tensor, programs: int) -> torch.Tensor:
