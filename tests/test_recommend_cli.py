@@ -5,23 +5,13 @@ import json
 import textwrap
 
 import pytest
-from test_recommend_support import fp32_run, write_run_dir
+from test_recommend_support import USER_RULE, fp32_run, write_run_dir
 from typer.testing import CliRunner
 
 from kernel_advisor.analyze.run_extras import load_recommendations
 from kernel_advisor.cli import app
 
 runner = CliRunner()
-USER_RULE = """\
-version: 1
-rules:
-  - id: team-softmax-budget
-    title: Softmax over budget
-    tier: library
-    conditions: {ops: [aten::softmax], share_pct: {min: 10}}
-    message: "{name} takes {share_pct:.1f} % of device time"
-    gain: {model: fraction, value: 0.25}
-"""
 
 
 @pytest.fixture()

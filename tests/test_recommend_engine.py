@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 from reference_kernels.registry import Capability, KernelSpec
-from test_recommend_support import ADD, BW, CEILINGS, F32, SOFTMAX, fp32_run, op_row, op_table, run_meta, \
+from test_recommend_support import ADD, BW, USER_RULE, CEILINGS, F32, SOFTMAX, fp32_run, op_row, op_table, run_meta, \
     sequence_from
 
 from kernel_advisor.recommend.explain import CompileReport, GraphBreak
@@ -147,16 +147,7 @@ def test_gemm_at_roof_is_left_alone_and_suppresses_kernel_rungs(tmp_path):
 
 def test_valid_user_rule_is_applied_with_its_gain(tmp_path):
     extra = tmp_path / "mine.yaml"
-    extra.write_text(textwrap.dedent("""\
-        version: 1
-        rules:
-          - id: team-softmax-budget
-            title: Softmax over budget
-            tier: library
-            conditions: {ops: [aten::softmax], share_pct: {min: 10}}
-            message: "{name} takes {share_pct:.1f} % of device time"
-            gain: {model: fraction, value: 0.25}
-        """), encoding="utf-8")
+    extra.write_text(USER_RULE, encoding="utf-8")
     report = run(*fp32_run(), rules=load_rules([extra]))
     finding = next(f for f in report.findings if f.rule_id == "team-softmax-budget")
     assert finding.saving_per_step_s == pytest.approx(0.25e-3)  # 25 % of 1 ms per step

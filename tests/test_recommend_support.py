@@ -127,3 +127,16 @@ def fp32_run(*, device_type: str = "cuda", allow_tf32: bool = False):
     meta = run_meta(total_device_time_s=10.1e-3, step_wall_s=6e-3, device_type=device_type,
                     allow_tf32=allow_tf32, ceilings=CEILINGS)
     return ops, seq, meta
+
+
+# A valid user rule file: fires on a softmax row above 10 % of device time, claims 25 % of it.
+USER_RULE = """\
+version: 1
+rules:
+  - id: team-softmax-budget
+    title: Softmax over budget
+    tier: library
+    conditions: {ops: [aten::softmax], share_pct: {min: 10}}
+    message: "{name} takes {share_pct:.1f} % of device time"
+    gain: {model: fraction, value: 0.25}
+"""
