@@ -291,8 +291,10 @@ TORCH_NVCC_DEFINES = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSI
                       "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
                       "--expt-relaxed-constexpr"]
 # Kernel instantiations per file, 4 dtypes each: row ops 2 access widths x (warp, block) + the
-# pipelined block kernel (16-byte vectors only); bias_act 2 widths x 4 activations.
-EXPECTED_ENTRIES = {"softmax.cu": 4 * 5, "norms.cu": 2 * 4 * 5, "bias_act.cu": 4 * 2 * 4}
+# pipelined block kernel (16-byte vectors only), + the register kernel (2 or 4 vectors per
+# thread) for the 3 dtypes other than fp64; bias_act 2 widths x 4 activations.
+EXPECTED_ENTRIES = {"softmax.cu": 4 * 5 + 3 * 2, "norms.cu": 2 * (4 * 5 + 3 * 2),
+                    "bias_act.cu": 4 * 2 * 4}
 
 
 @pytest.fixture(scope="module")
@@ -388,11 +390,12 @@ def test_binding_compiles_with_gxx(tmp_path):
 SPEC_BY_ID = {s.id: s for s in SPECS}
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 # 1 / 7 / 127 / 781 columns: warp path with odd widths (scalar accesses); 1024 / 1025: the
-# warp-block boundary; 4096 and 8192: block path, the pipelined kernel where two rows fit in
-# 44 kB (16-bit 8192, fp32 4096), else the row cached in shared memory; 20000: cached for
-# 2-byte types only (fp32 80 kB and fp64 160 kB exceed 44 kB); 5000 x 2048: more rows than
-# the pipelined kernel's persistent blocks, so each block prefetches one row while it works
-# on another.
+# warp-block boundary; 4096, 8192 and 5000 x 2048: block path, rows in registers for fp32 /
+# fp16 / bf16 (4 vectors per thread at 8192, 2 at 2048 for 16-bit types), for fp64 the
+# pipelined kernel where two rows fit in 44 kB (fp64 2048) or the row cached in shared memory;
+# 20000: too long for registers (16-bit: 2500 vectors > 512 threads x 4), cached in shared
+# memory for 2-byte types only (fp32 80 kB and fp64 160 kB exceed 44 kB); misaligned copies of
+# the 8-divisible shapes take the scalar (VEC = 1) kernels.
 ROW_SHAPES = [(1, 1), (1, 7), (7, 127), (1823, 781), (5, 1024), (3, 1025), (9, 4096),
               (2, 8192), (3, 20000), (2, 3, 64), (5000, 2048)]
 ELEMENTWISE_SHAPES = [(1, 1), (1, 7), (7, 127), (1823, 781), (4, 4096), (2, 3, 64), (70000, 8)]

@@ -473,3 +473,36 @@ def test_matmul_autotuned_gpu(dtype):
     a, b = randn(1823, 781, dtype=dtype), randn(1023, 781, dtype=dtype, seed=1).t()
     rtol, _ = get_kernel("triton.matmul").tolerance(dtype)
     assert rel_err(matmul(a, b), a.double() @ b.double()) <= rtol
+
+
+# ---- launch settings (benchmarks/tune_rowwise.py measured them on an H200) ---------------
+
+def test_norm_launch_settings_hand_worked():
+    from reference_kernels.triton.norm import BwdConfig, FwdConfig, bwd_config, fwd_config
+
+    # 8192 columns, one row per program: fp32 tiles of 32 KiB get 16 warps; a bf16 tile of
+    # 16 KiB gets what 8192 * 2 / 4 = 4096 fp32 elements get, 8 warps.
+    assert fwd_config(16384, 8192, torch.float32) == FwdConfig(1, 16)
+    assert fwd_config(16384, 8192, torch.bfloat16) == FwdConfig(1, 8)
+    # backward: 16 // 16 = 1 program per SM; prefetch only for 16-bit rows; rms keeps 16 warps
+    assert bwd_config(16384, 8192, torch.float32, is_rms=False) == BwdConfig(1, 16, False)
+    assert bwd_config(16384, 8192, torch.bfloat16, is_rms=False) == BwdConfig(1, 8, True)
+    assert bwd_config(16384, 8192, torch.float16, is_rms=True) == BwdConfig(1, 16, True)
+
+
+@pytest.mark.parametrize("is_rms", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(1, 7), (37, 300)])
+def test_norm_backward_prefetch_is_bitwise_neutral(shape, dtype, is_rms):
+    # The software prefetch reorders loads, not arithmetic: both paths give the same bits.
+    from reference_kernels.triton.norm import BwdConfig, norm_bwd, norm_fwd
+
+    x, dy = randn(*shape, dtype=dtype), randn(*shape, dtype=dtype, seed=3)
+    w = randn(shape[-1], dtype=dtype, seed=2)
+    b = None if is_rms else randn(shape[-1], dtype=dtype, seed=4)
+    _, _, mean, rstd = norm_fwd(x, None, w, b, 1e-5, is_rms)
+    runs = [norm_bwd(x, w, mean, rstd, dy, None, True, not is_rms, is_rms,
+                     BwdConfig(1, 4, prefetch)) for prefetch in (True, False)]
+    for with_prefetch, without in zip(*runs):
+        if with_prefetch is not None:
+            assert torch.equal(with_prefetch, without)

@@ -13,9 +13,21 @@
 namespace ka {
 namespace {
 
+// NB: the defaults below were picked on an H200 at 16384x8192 (benchmarks/tune_rowwise.py
+// builds other settings with -D to compare them): bf16 gelu 0.87 of copy with 1 row per
+// thread and 2048 threads per SM, against 0.81 with 4 rows x 1024 threads, 0.82 with a block
+// per row tile instead of one resident wave, and 0.71-0.75 when each thread prefetched its
+// next row (more registers, fewer threads).
+#ifndef KA_BIAS_ACT_MIN_BLOCKS
+#define KA_BIAS_ACT_MIN_BLOCKS 8
+#endif
+#ifndef KA_BIAS_ACT_ROW_UNROLL
+#define KA_BIAS_ACT_ROW_UNROLL 1
+#endif
 constexpr int kThreads = 256;
-constexpr int kMinBlocksPerSm = 4;  // caps registers at 64: 1024 threads resident per SM
-constexpr int kRowUnroll = 4;       // rows each thread loads before using the first
+// Blocks per SM the register cap is set for: 8 caps registers at 32 (2048 threads resident).
+constexpr int kMinBlocksPerSm = KA_BIAS_ACT_MIN_BLOCKS;
+constexpr int kRowUnroll = KA_BIAS_ACT_ROW_UNROLL;  // rows each thread loads before using the first
 constexpr int kMaxGridY = 65535;    // CUDA's limit on gridDim.y
 
 // act(v) in the accumulation type. fp32/fp64 use the textbook formulas with the accurate
@@ -23,7 +35,8 @@ constexpr int kMaxGridY = 65535;    // CUDA's limit on gridDim.y
 // v / (1 + exp2(-k * log2e)) with ex2 (2 ulp) and __fdividef (2 ulp), since
 // 0.5 * (1 + tanh(u)) == 1 / (1 + exp(-2u)) exactly: ~1e-6 relative, far under half an ulp
 // of fp16 (2.4e-4) or bf16 (2e-3), at a fraction of tanhf/expf + IEEE division's cost,
-// which a 16-bit stream (two elements per 4 bytes) cannot afford at DRAM speed.
+// which a 16-bit stream (two elements per 4 bytes) cannot afford at DRAM speed; gelu (erf)
+// uses normal_cdf_fast (device_math.h) for the same reason.
 template <Activation kAct, bool kFast16, typename A>
 __device__ __forceinline__ A activate(A v) {
   constexpr A kSqrt1_2 = static_cast<A>(0.70710678118654752440);   // 1 / sqrt(2)
@@ -32,7 +45,11 @@ __device__ __forceinline__ A activate(A v) {
   if constexpr (kAct == Activation::kRelu) {
     return v < static_cast<A>(0) ? static_cast<A>(0) : v;  // NaN stays NaN
   } else if constexpr (kAct == Activation::kGeluErf) {
-    return static_cast<A>(0.5) * v * (static_cast<A>(1) + erf_acc(v * kSqrt1_2));
+    if constexpr (kFast16) {
+      return v < -6.0f ? -0.0f : v * normal_cdf_fast(v);  // |gelu| < 6e-9 below -6
+    } else {
+      return static_cast<A>(0.5) * v * (static_cast<A>(1) + erf_acc(v * kSqrt1_2));
+    }
   } else if constexpr (kAct == Activation::kGeluTanh) {
     const A u = kSqrt2OverPi * (v + kCubic * v * v * v);
     if constexpr (kFast16) {

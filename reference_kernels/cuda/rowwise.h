@@ -33,6 +33,13 @@ constexpr int unroll_depth(size_t elem_bytes) { return elem_bytes == 2 ? 2 : 4; 
 // row cache leaves room for the static reduction scratch (32 accumulators).
 constexpr int64_t kMaxCacheBytes = 44 * 1024;
 
+// Long rows of 2- and 4-byte types stay in registers (row_kernel_registers) when a block of at
+// most kMaxBlockThreads holds the row in 2 or 4 vectors per thread. -DKA_REGISTER_ROWS=0 turns
+// that off (shared-memory paths only): benchmarks/tune_rowwise.py builds it to compare.
+#ifndef KA_REGISTER_ROWS
+#define KA_REGISTER_ROWS 1
+#endif
+
 // One row as vectors: x (global), y (global) and the shared-memory cache (null if off).
 template <typename T, int VEC>
 struct RowView {
@@ -107,6 +114,45 @@ __device__ RowGroup<kWarpPerRow> this_row_group() {
           static_cast<int64_t>(blockIdx.x)};
 }
 
+// A block owns one row and each thread keeps its kVecs vectors of it in registers: the first
+// pass loads them all before using the first (kVecs * 16 bytes in flight per thread) and the
+// later passes re-read registers, so there is no shared-memory copy to wait on or bank-conflict
+// through. Used for long rows of up to kMaxBlockThreads * kVecs vectors (RowPlan::registers).
+template <typename V, int kVecs>
+struct RegisterRowGroup {
+  int rank;
+  int size;
+  int slot;
+  int64_t row;
+  mutable V regs[kVecs];  // indexed only with unrolled constants: stays in registers
+
+  template <typename A>
+  __device__ A sum(A v, A* scratch) const {
+    return block_reduce<false>(v, scratch);
+  }
+  template <typename A>
+  __device__ A max(A v, A* scratch) const {
+    return block_reduce<true>(v, scratch);
+  }
+  template <typename T, int VEC, typename F>
+  __device__ void first_pass(const RowView<T, VEC>& row, F&& f) const {
+#pragma unroll
+    for (int u = 0; u < kVecs; ++u) {
+      const int i = rank + u * size;
+      if (i < row.n_vec) regs[u] = row.x[i];
+    }
+    later_pass(row, f);
+  }
+  template <typename T, int VEC, typename F>
+  __device__ void later_pass(const RowView<T, VEC>& row, F&& f) const {
+#pragma unroll
+    for (int u = 0; u < kVecs; ++u) {
+      const int i = rank + u * size;
+      if (i < row.n_vec) f(i, regs[u]);
+    }
+  }
+};
+
 // Blocks of kMaxBlockThreads that must fit on one SM together, which caps registers per
 // thread at 65536 / (n * 512): 32 for 16-bit types (2048 threads resident: their rows carry
 // twice the elements per byte, so more rows must be in flight), 40 for fp32, 128 for fp64.
@@ -130,6 +176,29 @@ __global__ void __launch_bounds__(kMaxBlockThreads, min_blocks_per_sm<typename O
                        : nullptr;
   const RowView<T, VEC> view{reinterpret_cast<const V*>(op.x) + offset,
                              reinterpret_cast<V*>(op.y) + offset, cache, n_vec};
+  op.template run<VEC>(g, view, scratch);
+}
+
+// 512-thread blocks per SM the register kernel is compiled for, i.e. its register cap: 64 per
+// thread when 16-bit rows keep 4 vectors (32 elements, which spill under a 40-register cap and
+// halved rms_norm's bandwidth on an H200), 40 otherwise.
+template <typename T, int kVecs>
+constexpr int register_min_blocks_per_sm() {
+  return sizeof(T) == 2 && kVecs == 4 ? 2 : 3;
+}
+
+template <typename Op, int VEC, int kVecs>
+__global__ void __launch_bounds__(kMaxBlockThreads,
+                                  register_min_blocks_per_sm<typename Op::elem_t, kVecs>())
+    row_kernel_registers(Op op, int n_vec) {
+  using T = typename Op::elem_t;
+  using V = Vec<T, VEC>;
+  __shared__ acc_t<T> scratch[kWarpSize];
+  const RegisterRowGroup<V, kVecs> g{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x),
+                                     0, static_cast<int64_t>(blockIdx.x), {}};
+  const int64_t offset = g.row * n_vec;  // the grid is exactly `rows` blocks
+  const RowView<T, VEC> view{reinterpret_cast<const V*>(op.x) + offset,
+                             reinterpret_cast<V*>(op.y) + offset, nullptr, n_vec};
   op.template run<VEC>(g, view, scratch);
 }
 
@@ -198,8 +267,17 @@ __global__ void __launch_bounds__(kMaxBlockThreads, min_blocks_per_sm<typename O
   }
 }
 
+// Threads for a register block holding n_vec vectors, kVecs per thread (0: the row does not fit).
+inline int64_t register_threads(int64_t n_vec, int k_vecs) {
+  const int64_t want = (n_vec + k_vecs - 1) / k_vecs;
+  const int64_t threads = std::max<int64_t>(kMinBlockThreads,
+                                            (want + kWarpSize - 1) / kWarpSize * kWarpSize);
+  return threads <= kMaxBlockThreads ? threads : 0;
+}
+
 struct RowPlan {
   bool warp_per_row;
+  int register_vecs;  // 2 or 4: rows in registers (row_kernel_registers); 0: not
   bool pipelined;
   bool cache_row;
   unsigned grid;
@@ -236,13 +314,52 @@ inline RowPlan plan_rows(int64_t rows, int64_t cols, int vec, size_t elem_bytes)
   return p;
 }
 
+// Of the register kernels that hold a row (2 or 4 vectors per thread), the one with the most
+// rows resident per SM, i.e. the most bytes in flight (ties: 4 vectors, fewer threads to
+// reduce over). Measured on an H200, bf16: 8192 columns -> 4 vectors, 256 threads, 4 blocks
+// per SM; 2048 columns -> 2 vectors, 128 threads, 12 blocks. 0 when none applies.
+template <typename Op, int VEC>
+int pick_register_vecs(int64_t n_vec) {
+  using T = typename Op::elem_t;
+  if constexpr (KA_REGISTER_ROWS == 0 || sizeof(T) == 8 || VEC * sizeof(T) != kVecBytes) {
+    return 0;
+  } else {
+    int best = 0;
+    int64_t best_resident = 0;
+    for (const int k_vecs : {4, 2}) {
+      const int64_t threads = register_threads(n_vec, k_vecs);
+      if (threads == 0) continue;
+      const auto kernel = k_vecs == 4 ? row_kernel_registers<Op, VEC, 4>
+                                      : row_kernel_registers<Op, VEC, 2>;
+      const int64_t resident = resident_blocks(kernel, static_cast<int>(threads), 0);
+      if (resident > best_resident) {
+        best = k_vecs;
+        best_resident = resident;
+      }
+    }
+    return best;
+  }
+}
+
 template <typename Op, int VEC>
 void launch_rows_vec(const Op& op, int64_t rows, int64_t cols, cudaStream_t stream) {
-  const RowPlan p = plan_rows(rows, cols, VEC, sizeof(typename Op::elem_t));
+  RowPlan p = plan_rows(rows, cols, VEC, sizeof(typename Op::elem_t));
   const int n_vec = static_cast<int>(cols / VEC);
+  if (!p.warp_per_row) p.register_vecs = pick_register_vecs<Op, VEC>(n_vec);
   if (p.warp_per_row) {
     row_kernel<Op, VEC, true><<<p.grid, p.threads, p.smem_bytes, stream>>>(op, rows, n_vec,
                                                                            p.cache_row);
+  } else if (p.register_vecs != 0) {
+    // pick_register_vecs returns 0 for the types and widths this branch must not instantiate.
+    if constexpr (sizeof(typename Op::elem_t) != 8 && VEC * sizeof(typename Op::elem_t) == kVecBytes) {
+      const auto threads = static_cast<unsigned>(register_threads(n_vec, p.register_vecs));
+      const auto grid = static_cast<unsigned>(rows);
+      if (p.register_vecs == 4) {
+        row_kernel_registers<Op, VEC, 4><<<grid, threads, 0, stream>>>(op, n_vec);
+      } else {
+        row_kernel_registers<Op, VEC, 2><<<grid, threads, 0, stream>>>(op, n_vec);
+      }
+    }
   } else if (p.pipelined) {
     // Only 16-byte vectors reach here; the branch keeps the VEC = 1 instantiation out.
     if constexpr (VEC * sizeof(typename Op::elem_t) == kVecBytes) {

@@ -7,6 +7,8 @@ total and the only (rows, vocab) allocation is the gradient itself.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -141,6 +143,23 @@ def _fwd_chunks(n_rows: int, n_cols: int, elt_bytes: int, device: torch.device) 
                       triton.cdiv(n_cols * elt_bytes, FWD_MIN_CHUNK_BYTES)))
 
 
+@dataclass(frozen=True)
+class FwdConfig:
+    """Warps of the one-program-per-row forward (rows the GPU's programs already fill).
+
+    NB: measured on an H200 at 16384x8192 (benchmarks/tune_rowwise.py): persistent programs
+    that prefetch the next row (0.31-0.83 of copy in bf16), 2 or 4 chunks per row plus a merge
+    (0.81-0.84) and taking the row max in bf16 (0.85) did not beat one program per row (0.85).
+    """
+
+    num_warps: int
+
+
+def fwd_config(n_cols: int, dtype: torch.dtype) -> FwdConfig:
+    block = _block_cols(n_cols)
+    return FwdConfig(_fwd_warps(block, torch.empty((), dtype=dtype).element_size()))
+
+
 def _fwd_warps(block_cols: int, elt_bytes: int) -> int:
     # Measured on an H200: 8 warps for an 8192-column fp32 block, 4 for bf16 (0.83 of copy
     # against 0.62 with 16 warps, 0.78-0.79 with 2 or 8): a streaming reduction wants more
@@ -149,26 +168,29 @@ def _fwd_warps(block_cols: int, elt_bytes: int) -> int:
     return max(1, min(16, triton.next_power_of_2(max(warps, 1))))
 
 
-def cross_entropy_fwd(logits2d: torch.Tensor, target: torch.Tensor, ignore_index: int):
+def cross_entropy_fwd(logits2d: torch.Tensor, target: torch.Tensor, ignore_index: int,
+                      config: FwdConfig | None = None):
     """Per-row losses (0 for ignored rows) and per-row log-sum-exp, in the accumulation dtype."""
     n_rows, n_cols = logits2d.shape
     acc_dtype = acc_torch_dtype(logits2d.dtype)
     losses = torch.empty(n_rows, dtype=acc_dtype, device=logits2d.device)
     lse = torch.empty(n_rows, dtype=acc_dtype, device=logits2d.device)
     if n_rows:
-        _launch_fwd(logits2d, target, losses, lse, ignore_index)
+        _launch_fwd(logits2d, target, losses, lse, ignore_index, config)
     return losses, lse
 
 
-def _launch_fwd(logits2d, target, losses, lse, ignore_index: int) -> None:
+def _launch_fwd(logits2d, target, losses, lse, ignore_index: int,
+                config: FwdConfig | None) -> None:
     n_rows, n_cols = logits2d.shape
     acc, elt_bytes = acc_type(logits2d.dtype), logits2d.element_size()
     n_chunks = _fwd_chunks(n_rows, n_cols, elt_bytes, logits2d.device)
     if n_chunks == 1:
         block = _block_cols(n_cols)
+        config = config or fwd_config(n_cols, logits2d.dtype)
         _ce_fwd_row[(n_rows,)](logits2d, target, losses, lse, n_cols, logits2d.stride(0),
                                ignore_index, ACC=acc, BLOCK_N=block,
-                               num_warps=_fwd_warps(block, elt_bytes))
+                               num_warps=config.num_warps)
         return
     block = _block_cols(triton.cdiv(n_cols, n_chunks))
     chunk_cols = triton.cdiv(triton.cdiv(n_cols, n_chunks), block) * block

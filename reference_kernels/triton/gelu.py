@@ -12,11 +12,37 @@ from reference_kernels.triton._common import (
 # Literals in the kernels (a compiled kernel reads only tl.constexpr globals, and the
 # interpreter mishandles constexpr * tensor): sqrt(2/pi) = 0.7978845608028654,
 # 2*sqrt(2/pi) = 1.5957691216057308, 1/sqrt(2) = 0.7071067811865476,
-# 1/sqrt(2*pi) = 0.3989422804014327.
+# 1/sqrt(2*pi) = 0.3989422804014327, log2(e)/2 = 0.7213475204444817,
+# log2(sqrt(2*pi)) = 1.3257480647361593; the normal-tail coefficients and the clamp 6.0 are
+# reference_kernels/normal_tail.py's LOG2_PHI_TAIL and CLAMP.
 
 
 @triton.jit
-def _gelu_fwd(x_ptr, y_ptr, n, TANH: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+def _normal_cdf16(x):
+    # Phi(x) for 16-bit outputs: 7 FMAs + 1 ex2 where erff takes two polynomial branches and
+    # an exp (which made the bf16 erf-GELU instruction-bound). NB: relative error <= ~6e-6
+    # (normal_tail.py), far under half an fp16/bf16 ulp.
+    a = tl.minimum(tl.abs(x), 6.0)
+    r = a * -1.834886221e-06 + 6.159975692e-05
+    r = r * a + -9.305359658e-04
+    r = r * a + 8.507932121e-03
+    r = r * a + -5.396014574e-02
+    r = r * a + -4.584643275e-01
+    r = r * a + -1.151251065e+00
+    r = r * a + -9.999952935e-01
+    tail = tl.exp2(r)  # Phi(-|x|)
+    return tl.where(x < 0, tail, 1.0 - tail)
+
+
+@triton.jit
+def _normal_pdf16(x):
+    # exp(-x^2/2)/sqrt(2 pi) as one FMA + one ex2 (2 ulp): for 16-bit outputs.
+    return tl.exp2(x * x * -0.7213475204444817 - 1.3257480647361593)
+
+
+@triton.jit
+def _gelu_fwd(x_ptr, y_ptr, n, TANH: tl.constexpr, FAST16: tl.constexpr, ACC: tl.constexpr,
+              BLOCK: tl.constexpr):
     # Reads n*elt, writes n*elt bytes.
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
@@ -24,14 +50,16 @@ def _gelu_fwd(x_ptr, y_ptr, n, TANH: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.
     if TANH:
         # 0.5*(1 + tanh(z)) == sigmoid(2z): no cancellation for negative x.
         y = x * tl.sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))
+    elif FAST16:
+        y = tl.where(x < -6.0, -0.0, x * _normal_cdf16(x))  # |gelu| < 6e-9 below -6
     else:
         y = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
     tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _gelu_bwd(x_ptr, dy_ptr, dx_ptr, n, TANH: tl.constexpr, ACC: tl.constexpr,
-              BLOCK: tl.constexpr):
+def _gelu_bwd(x_ptr, dy_ptr, dx_ptr, n, TANH: tl.constexpr, FAST16: tl.constexpr,
+              ACC: tl.constexpr, BLOCK: tl.constexpr):
     # Reads 2*n*elt (x, dy), writes n*elt (dx).
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
@@ -42,6 +70,8 @@ def _gelu_bwd(x_ptr, dy_ptr, dx_ptr, n, TANH: tl.constexpr, ACC: tl.constexpr,
         s = tl.sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))
         dz = 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
         grad = s + 2.0 * x * s * (1.0 - s) * dz
+    elif FAST16:
+        grad = tl.where(x < -6.0, 0.0, _normal_cdf16(x) + x * _normal_pdf16(x))
     else:
         # d/dx 0.5x(1 + erf(x/sqrt 2)) = 0.5(1 + erf(x/sqrt 2)) + x*exp(-x^2/2)/sqrt(2 pi)
         grad = (0.5 * (1.0 + tl.math.erf(x * 0.7071067811865476))
@@ -49,12 +79,16 @@ def _gelu_bwd(x_ptr, dy_ptr, dx_ptr, n, TANH: tl.constexpr, ACC: tl.constexpr,
     tl.store(dx_ptr + offs, (dy * grad).to(dx_ptr.dtype.element_ty), mask=mask)
 
 
+def _fast16(dtype: torch.dtype) -> bool:
+    return dtype in (torch.float16, torch.bfloat16)
+
+
 def gelu_fwd(x1d: torch.Tensor, tanh: bool) -> torch.Tensor:
     y = torch.empty_like(x1d)
     if y.numel():
         _gelu_fwd[elementwise_grid(y.numel())](x1d, y, y.numel(), TANH=tanh,
-                                               ACC=acc_type(x1d.dtype), BLOCK=ELEMENTWISE_BLOCK,
-                                               num_warps=ELEMENTWISE_WARPS)
+                                               FAST16=_fast16(x1d.dtype), ACC=acc_type(x1d.dtype),
+                                               BLOCK=ELEMENTWISE_BLOCK, num_warps=ELEMENTWISE_WARPS)
     return y
 
 
@@ -62,6 +96,7 @@ def gelu_bwd(x1d: torch.Tensor, dy1d: torch.Tensor, tanh: bool) -> torch.Tensor:
     dx = torch.empty_like(x1d)
     if dx.numel():
         _gelu_bwd[elementwise_grid(dx.numel())](x1d, dy1d, dx, dx.numel(), TANH=tanh,
+                                                FAST16=_fast16(x1d.dtype),
                                                 ACC=acc_type(x1d.dtype), BLOCK=ELEMENTWISE_BLOCK,
                                                 num_warps=ELEMENTWISE_WARPS)
     return dx

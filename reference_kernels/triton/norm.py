@@ -6,6 +6,8 @@ Rows up to MAX_FUSED_COLS stay in registers; short rows are packed several per p
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -68,15 +70,16 @@ def _load_rows(ptr, rows, row_ok, row_stride, cols, col_ok):
 def _norm_bwd(x_ptr, w_ptr, mean_ptr, rstd_ptr, dy_ptr, dres_ptr, dx_ptr, dw_ptr, db_ptr,
               n_rows, n_cols, rows_per_prog, x_row_stride, dy_row_stride, dres_row_stride,
               IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, NEED_DW: tl.constexpr,
-              NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr, ACC: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+              NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr, PREFETCH: tl.constexpr,
+              ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # xhat = (x - mean)*rstd (mean = 0 for RMS), g = w*dy:
     # dx = rstd*(g - xhat*mean(g*xhat) - mean(g)) [RMS: no mean(g) term] (+ dres).
     # Per row reads 2*n_cols*elt (x, dy) [+ n_cols*elt dres], writes n_cols*elt (dx).
     # dw = sum(dy*xhat), db = sum(dy) over this program's rows: one fp32 partial row each
     # (programs*n_cols*4 bytes written, re-read once by _sum_partials).
-    # The next row block's loads are issued before this block's reductions (a software
-    # double buffer): with ~1 program per SM that keeps two blocks of loads in flight.
+    # PREFETCH: the next row block's loads are issued before this block's reductions (a
+    # software double buffer): with ~1 program per SM that keeps two blocks of loads in flight,
+    # at the price of a second tile of registers.
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
@@ -86,26 +89,39 @@ def _norm_bwd(x_ptr, w_ptr, mean_ptr, rstd_ptr, dy_ptr, dres_ptr, dx_ptr, dw_ptr
     db_acc = tl.zeros([BLOCK_N], ACC)
     row_start = pid * rows_per_prog
     row_end = tl.minimum(row_start + rows_per_prog, n_rows)
-    rows_n = row_start + tl.arange(0, BLOCK_M)
-    ok_n = rows_n < row_end
-    x_n = _load_rows(x_ptr, rows_n, ok_n, x_row_stride, cols, col_ok)
-    dy_n = _load_rows(dy_ptr, rows_n, ok_n, dy_row_stride, cols, col_ok)
-    rstd_n = tl.load(rstd_ptr + rows_n, mask=ok_n, other=0.0)
-    mean_n = rstd_n  # RMS: unused (mean = 0)
-    if not IS_RMS:
-        mean_n = tl.load(mean_ptr + rows_n, mask=ok_n, other=0.0)
-    for block_start in range(row_start, row_end, BLOCK_M):
-        rows, row_ok = rows_n, ok_n
-        x, dy, rstd, mean = x_n.to(ACC), dy_n.to(ACC), rstd_n[:, None], mean_n[:, None]
-        if HAS_DRES:  # issued before the reductions, so its latency hides behind them
-            dres = _load_rows(dres_ptr, rows, row_ok, dres_row_stride, cols, col_ok)
-        rows_n = rows + BLOCK_M
+    if PREFETCH:
+        rows_n = row_start + tl.arange(0, BLOCK_M)
         ok_n = rows_n < row_end
         x_n = _load_rows(x_ptr, rows_n, ok_n, x_row_stride, cols, col_ok)
         dy_n = _load_rows(dy_ptr, rows_n, ok_n, dy_row_stride, cols, col_ok)
         rstd_n = tl.load(rstd_ptr + rows_n, mask=ok_n, other=0.0)
+        mean_n = rstd_n  # RMS: unused (mean = 0)
         if not IS_RMS:
             mean_n = tl.load(mean_ptr + rows_n, mask=ok_n, other=0.0)
+    for block_start in range(row_start, row_end, BLOCK_M):
+        if PREFETCH:
+            rows, row_ok = rows_n, ok_n
+            x, dy, rstd, mean = x_n.to(ACC), dy_n.to(ACC), rstd_n[:, None], mean_n[:, None]
+            if HAS_DRES:  # issued before the reductions, so its latency hides behind them
+                dres = _load_rows(dres_ptr, rows, row_ok, dres_row_stride, cols, col_ok)
+            rows_n = rows + BLOCK_M
+            ok_n = rows_n < row_end
+            x_n = _load_rows(x_ptr, rows_n, ok_n, x_row_stride, cols, col_ok)
+            dy_n = _load_rows(dy_ptr, rows_n, ok_n, dy_row_stride, cols, col_ok)
+            rstd_n = tl.load(rstd_ptr + rows_n, mask=ok_n, other=0.0)
+            if not IS_RMS:
+                mean_n = tl.load(mean_ptr + rows_n, mask=ok_n, other=0.0)
+        else:
+            rows = block_start + tl.arange(0, BLOCK_M)
+            row_ok = rows < row_end
+            x = _load_rows(x_ptr, rows, row_ok, x_row_stride, cols, col_ok).to(ACC)
+            dy = _load_rows(dy_ptr, rows, row_ok, dy_row_stride, cols, col_ok).to(ACC)
+            if HAS_DRES:
+                dres = _load_rows(dres_ptr, rows, row_ok, dres_row_stride, cols, col_ok)
+            rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)[:, None]
+            mean = rstd  # RMS: unused
+            if not IS_RMS:
+                mean = tl.load(mean_ptr + rows, mask=row_ok, other=0.0)[:, None]
         mask = row_ok[:, None] & col_ok[None, :]
         if IS_RMS:
             xhat = x * rstd
@@ -133,12 +149,55 @@ def _norm_bwd(x_ptr, w_ptr, mean_ptr, rstd_ptr, dy_ptr, dres_ptr, dx_ptr, dw_ptr
         tl.store(db_ptr + pid * n_cols + cols, db_acc, mask=col_ok)
 
 
-def _tile(n_rows: int, n_cols: int) -> tuple[int, int]:
-    block_n = triton.next_power_of_2(n_cols)
-    return rows_per_program(block_n, n_rows), block_n
+@dataclass(frozen=True)
+class FwdConfig:
+    """Launch settings of _norm_fwd: rows per program (a power of two) and warps."""
+
+    block_m: int
+    num_warps: int
 
 
-def norm_fwd(x2d, residual2d, weight, bias, eps: float, is_rms: bool):
+@dataclass(frozen=True)
+class BwdConfig:
+    """Launch settings of _norm_bwd: resident programs per SM, warps, software prefetch, and
+    rows per tile (None: rows_per_program's choice)."""
+
+    programs_per_sm: int
+    num_warps: int
+    prefetch: bool
+    block_m: int | None = None
+
+
+def _block_cols(n_cols: int) -> int:
+    return triton.next_power_of_2(n_cols)
+
+
+def _warps_by_bytes(block_elements: int, dtype: torch.dtype) -> int:
+    # Warps by the tile's bytes, as many as float32 would get for the same bytes: measured on
+    # an H200 at 8192 columns, a bf16 row wants 8 warps, not 16 (forward layer_norm 0.97
+    # against 0.89 of copy; backward layer_norm 0.88 against 0.85).
+    return num_warps_for(block_elements * torch.empty((), dtype=dtype).element_size() // 4)
+
+
+def fwd_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> FwdConfig:
+    block_n = _block_cols(n_cols)
+    block_m = rows_per_program(block_n, n_rows)
+    return FwdConfig(block_m, _warps_by_bytes(block_m * block_n, dtype))
+
+
+def bwd_config(n_rows: int, n_cols: int, dtype: torch.dtype, is_rms: bool) -> BwdConfig:
+    tile = rows_per_program(_block_cols(n_cols), n_rows) * _block_cols(n_cols)
+    # NB: measured on an H200 at 16384x8192 (benchmarks/tune_rowwise.py): one program per SM
+    # beats 2 and 4; the software prefetch lifts 16-bit rows (bf16 layer_norm 0.69 -> 0.87 of
+    # copy) but costs fp32 ones, whose second tile of registers spills (add_layer_norm
+    # 0.97 -> 0.84); bf16 layer_norm wants 8 warps (0.87 vs 0.86), rms_norm 16 (0.92 vs 0.89).
+    sixteen_bit = torch.empty((), dtype=dtype).element_size() == 2
+    warps = num_warps_for(tile) if is_rms else _warps_by_bytes(tile, dtype)
+    return BwdConfig(max(1, 16 // num_warps_for(tile)), warps, sixteen_bit)
+
+
+def norm_fwd(x2d, residual2d, weight, bias, eps: float, is_rms: bool,
+             config: FwdConfig | None = None):
     """Returns (y, h or None, mean or None, rstd); h = x + residual when a residual is given."""
     n_rows, n_cols = x2d.shape
     dev, acc_dtype = x2d.device, acc_torch_dtype(x2d.dtype)
@@ -148,18 +207,19 @@ def norm_fwd(x2d, residual2d, weight, bias, eps: float, is_rms: bool):
     rstd = torch.empty(n_rows, dtype=acc_dtype, device=dev)
     if y.numel() == 0:
         return y, h, mean, rstd
-    block_m, block_n = _tile(n_rows, n_cols)
+    config = config or fwd_config(n_rows, n_cols, x2d.dtype)
+    block_m, block_n = config.block_m, _block_cols(n_cols)
     res_stride = residual2d.stride(0) if residual2d is not None else 0
     _norm_fwd[(triton.cdiv(n_rows, block_m),)](
         x2d, residual2d, weight, bias, y, h, mean, rstd, n_rows, n_cols, eps,
         x2d.stride(0), res_stride, IS_RMS=is_rms, HAS_RESIDUAL=residual2d is not None,
         HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, ACC=acc_type(x2d.dtype),
-        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps_for(block_m * block_n))
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=config.num_warps)
     return y, h, mean, rstd
 
 
 def norm_bwd(x2d, weight, mean, rstd, dy2d, dres2d, need_dw: bool, need_db: bool,
-             is_rms: bool):
+             is_rms: bool, config: BwdConfig | None = None):
     """Returns (dx, dw or None, db or None); x2d is the normalised input (h when fused).
 
     dw and db come back in the accumulation dtype (float32, float64 for float64 inputs).
@@ -167,9 +227,10 @@ def norm_bwd(x2d, weight, mean, rstd, dy2d, dres2d, need_dw: bool, need_db: bool
     n_rows, n_cols = x2d.shape
     dev, acc_dtype = x2d.device, acc_torch_dtype(x2d.dtype)
     dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=dev)
-    block_m, block_n = _tile(n_rows, n_cols)
-    num_warps = num_warps_for(block_m * block_n)
-    programs = _bwd_programs(dev, triton.cdiv(n_rows, block_m), num_warps)
+    config = config or bwd_config(n_rows, n_cols, x2d.dtype, is_rms)
+    block_n = _block_cols(n_cols)
+    block_m = config.block_m or rows_per_program(block_n, n_rows)
+    programs = _bwd_programs(dev, triton.cdiv(n_rows, block_m), config.programs_per_sm)
     rows_per_prog = triton.cdiv(n_rows, programs)
     dw_part = torch.empty((programs, n_cols), dtype=acc_dtype, device=dev) if need_dw else None
     db_part = torch.empty((programs, n_cols), dtype=acc_dtype, device=dev) if need_db else None
@@ -179,8 +240,8 @@ def norm_bwd(x2d, weight, mean, rstd, dy2d, dres2d, need_dw: bool, need_db: bool
             n_rows, n_cols, rows_per_prog, x2d.stride(0), dy2d.stride(0),
             dres2d.stride(0) if dres2d is not None else 0,
             IS_RMS=is_rms, HAS_WEIGHT=weight is not None, NEED_DW=need_dw, NEED_DB=need_db,
-            HAS_DRES=dres2d is not None, ACC=acc_type(x2d.dtype),
-            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+            HAS_DRES=dres2d is not None, PREFETCH=config.prefetch, ACC=acc_type(x2d.dtype),
+            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=config.num_warps)
     elif need_dw or need_db:
         programs = 0  # no rows: the parameter gradients are zero
     dw = _sum_partials(dw_part, programs) if need_dw else None
@@ -188,16 +249,14 @@ def norm_bwd(x2d, weight, mean, rstd, dy2d, dres2d, need_dw: bool, need_db: bool
     return dx, dw, db
 
 
-def _bwd_programs(device: torch.device, n_row_blocks: int, num_warps: int) -> int:
-    """A fixed program count per device and tile (so dw/db are bitwise reproducible).
+def _bwd_programs(device: torch.device, n_row_blocks: int, per_sm: int) -> int:
+    """A fixed program count per device and config (so dw/db are bitwise reproducible).
 
-    ~16 resident warps per SM: with the kernel's double-buffered loads that already keeps
-    DRAM busy, and each extra program costs a partial row (2 * n_cols * 4 bytes written
-    and re-read): at 16384x8192 bf16, 4 programs/SM put 69 MB of partials on 805 MB.
+    Each program costs a partial row (2 * n_cols * 4 bytes written and re-read): at
+    16384x8192 bf16, 4 programs per SM would put 69 MB of partials on 805 MB.
     """
     if device.type != "cuda":
         return partial_sum_programs(device, n_row_blocks)
-    per_sm = max(1, 16 // num_warps)  # NB: measured on H200 at 8192 cols: 1 beats 2 and 4
     sm_count = torch.cuda.get_device_properties(device).multi_processor_count
     return max(1, min(n_row_blocks, sm_count * per_sm))
 
