@@ -17,7 +17,8 @@ exactly these numbers and that the float32 evaluation stays within MAX_REL_ERROR
 NB: the relative error of e is ~6e-6 at worst (float32 Horner plus the fit), 40x under half an
 ulp of fp16 (2.4e-4) and 300x under bf16's (2e-3), so 16-bit outputs round as they would
 from the exact value except at rounding ties; float32 and float64 keep the library erf.
-NB: for x < -CLAMP, gelu(x) = x*Phi(x) is below 6*1e-9 in magnitude: the kernels return -0.
+NB: for x < -CLAMP, |gelu(x)| = |x|*Phi(x) < 6e-9: the kernels return x * 0 (-0, NaN for -inf),
+as eager's float32 erf does from about -5.5 on.
 """
 from __future__ import annotations
 

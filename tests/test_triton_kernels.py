@@ -484,6 +484,8 @@ def test_norm_launch_settings_hand_worked():
     # 16 KiB gets what 8192 * 2 / 4 = 4096 fp32 elements get, 8 warps.
     assert fwd_config(16384, 8192, torch.float32) == FwdConfig(1, 16)
     assert fwd_config(16384, 8192, torch.bfloat16) == FwdConfig(1, 8)
+    # under MANY_ROWS (4096) rows the forward is latency-bound: warps by elements again
+    assert fwd_config(64, 8192, torch.bfloat16) == FwdConfig(1, 16)
     # backward: 16 // 16 = 1 program per SM; prefetch only for 16-bit rows; rms keeps 16 warps
     assert bwd_config(16384, 8192, torch.float32, is_rms=False) == BwdConfig(1, 16, False)
     assert bwd_config(16384, 8192, torch.bfloat16, is_rms=False) == BwdConfig(1, 8, True)

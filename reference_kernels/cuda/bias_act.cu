@@ -46,7 +46,8 @@ __device__ __forceinline__ A activate(A v) {
     return v < static_cast<A>(0) ? static_cast<A>(0) : v;  // NaN stays NaN
   } else if constexpr (kAct == Activation::kGeluErf) {
     if constexpr (kFast16) {
-      return v < -6.0f ? -0.0f : v * normal_cdf_fast(v);  // |gelu| < 6e-9 below -6
+      // |gelu| < 6e-9 below -6: v * 0 gives -0 there (and NaN for -inf), as eager does
+      return v < -6.0f ? v * 0.0f : v * normal_cdf_fast(v);
     } else {
       return static_cast<A>(0.5) * v * (static_cast<A>(1) + erf_acc(v * kSqrt1_2));
     }

@@ -2,10 +2,12 @@
 //
 // A row group owns one row: one warp for short rows (cols <= kWarpMaxCols; warp-shuffle
 // reductions, 8 rows per block, no block barriers) or the whole block for long rows (warp
-// shuffles, then a cross-warp step through shared memory). The first pass reads the row from
-// global memory with 16-byte vector loads when the pointers and the row pitch allow it and
-// keeps a copy in shared memory when it fits, so later passes re-read shared memory instead
-// of DRAM and every element moves through DRAM once in each direction.
+// shuffles, then a cross-warp step through shared memory). Long rows of 2- and 4-byte types
+// that a block holds in 2 or 4 16-byte vectors per thread stay in registers
+// (row_kernel_registers). Otherwise the first pass reads the row from global memory with
+// 16-byte vector loads when the pointers and the row pitch allow it and keeps a copy in shared
+// memory when it fits, so later passes re-read shared memory instead of DRAM; either way every
+// element moves through DRAM once in each direction.
 //
 // An Op supplies `elem_t`, `aligned16()` (all its pointers) and
 //   template <int VEC, typename G> __device__ void run(const G&, const RowView<elem_t, VEC>&,

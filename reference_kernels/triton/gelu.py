@@ -51,7 +51,8 @@ def _gelu_fwd(x_ptr, y_ptr, n, TANH: tl.constexpr, FAST16: tl.constexpr, ACC: tl
         # 0.5*(1 + tanh(z)) == sigmoid(2z): no cancellation for negative x.
         y = x * tl.sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))
     elif FAST16:
-        y = tl.where(x < -6.0, -0.0, x * _normal_cdf16(x))  # |gelu| < 6e-9 below -6
+        # |gelu| < 6e-9 below -6: x * 0 gives -0 there (and NaN for -inf), as eager does
+        y = tl.where(x < -6.0, x * 0.0, x * _normal_cdf16(x))
     else:
         y = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
     tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
