@@ -145,7 +145,7 @@ def _defines(flags: tuple[int, ...]) -> list[str]:
     return [f"-D{name}={value}" for name, value in zip(DEFINES, flags)]
 
 
-def _build_variant(name: str, flags: tuple[int, ...]) -> str:
+def _build_variant(flags: tuple[int, ...]) -> str:
     """Builds one variant of the extension (run in a worker process); returns its module name."""
     from torch.utils.cpp_extension import load
 
@@ -168,7 +168,7 @@ def cuda_rows(copies: dict) -> list[dict]:
     started = time.time()
     ctx = torch.multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(len(CUDA_VARIANTS), mp_context=ctx) as pool:
-        futures = {name: pool.submit(_build_variant, name, flags)
+        futures = {name: pool.submit(_build_variant, flags)
                    for name, flags in CUDA_VARIANTS.items()}
         modules = {name: f.result() for name, f in futures.items()}
     print(f"tune: built {len(modules)} CUDA variants in {time.time() - started:.0f} s",

@@ -157,7 +157,7 @@ class FwdConfig:
 
 def fwd_config(n_cols: int, dtype: torch.dtype) -> FwdConfig:
     block = _block_cols(n_cols)
-    return FwdConfig(_fwd_warps(block, torch.empty((), dtype=dtype).element_size()))
+    return FwdConfig(_fwd_warps(block, dtype.itemsize))
 
 
 def _fwd_warps(block_cols: int, elt_bytes: int) -> int:

@@ -159,13 +159,11 @@ class FwdConfig:
 
 @dataclass(frozen=True)
 class BwdConfig:
-    """Launch settings of _norm_bwd: resident programs per SM, warps, software prefetch, and
-    rows per tile (None: rows_per_program's choice)."""
+    """Launch settings of _norm_bwd: resident programs per SM, warps, software prefetch."""
 
     programs_per_sm: int
     num_warps: int
     prefetch: bool
-    block_m: int | None = None
 
 
 def _block_cols(n_cols: int) -> int:
@@ -176,7 +174,7 @@ def _warps_by_bytes(block_elements: int, dtype: torch.dtype) -> int:
     # Warps by the tile's bytes, as many as float32 would get for the same bytes: measured on
     # an H200 at 8192 columns, a bf16 row wants 8 warps, not 16 (forward layer_norm 0.97
     # against 0.89 of copy; backward layer_norm 0.88 against 0.85).
-    return num_warps_for(block_elements * torch.empty((), dtype=dtype).element_size() // 4)
+    return num_warps_for(block_elements * dtype.itemsize // 4)
 
 
 # Rows from which the forward is bandwidth-bound and sizes warps by bytes; fewer rows are
@@ -198,8 +196,9 @@ def bwd_config(n_rows: int, n_cols: int, dtype: torch.dtype, is_rms: bool) -> Bw
     # NB: measured on an H200 at 16384x8192 (benchmarks/tune_rowwise.py): one program per SM
     # beats 2 and 4; the software prefetch lifts 16-bit rows (bf16 layer_norm 0.69 -> 0.87 of
     # copy) but costs fp32 ones, whose second tile of registers spills (add_layer_norm
-    # 0.97 -> 0.84); bf16 layer_norm wants 8 warps (0.87 vs 0.86), rms_norm 16 (0.92 vs 0.89).
-    sixteen_bit = torch.empty((), dtype=dtype).element_size() == 2
+    # 0.97 -> 0.84); bf16 layer_norm wants 8 warps (0.87 vs 0.86), rms_norm 16 (0.92 vs 0.89);
+    # two rows per tile measured far slower (bf16 0.33-0.58).
+    sixteen_bit = dtype.itemsize == 2
     warps = num_warps_for(tile) if is_rms else _warps_by_bytes(tile, dtype)
     return BwdConfig(max(1, 16 // num_warps_for(tile)), warps, sixteen_bit)
 
@@ -237,7 +236,7 @@ def norm_bwd(x2d, weight, mean, rstd, dy2d, dres2d, need_dw: bool, need_db: bool
     dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=dev)
     config = config or bwd_config(n_rows, n_cols, x2d.dtype, is_rms)
     block_n = _block_cols(n_cols)
-    block_m = config.block_m or rows_per_program(block_n, n_rows)
+    block_m = rows_per_program(block_n, n_rows)
     programs = _bwd_programs(dev, triton.cdiv(n_rows, block_m), config.programs_per_sm)
     rows_per_prog = triton.cdiv(n_rows, programs)
     dw_part = torch.empty((programs, n_cols), dtype=acc_dtype, device=dev) if need_dw else None
