@@ -4,10 +4,11 @@ At 16384x8192 (and a few other long-row shapes for CUDA) it times each setting w
 triton.testing.do_bench (L2 flushed, median) and reports bandwidth as a share of the
 device-to-device copy measured in the same process, as bench_kernels.py does:
 - triton norm forward: rows per program x warps (FwdConfig);
-- triton norm backward: warps x software prefetch (BwdConfig);
-- triton cross-entropy forward: warps (FwdConfig),
+- triton norm backward: warps x cp.async stages (BwdConfig);
+- triton cross-entropy forward: block x warps x logits per thread sharing a max (FwdConfig),
   next to a read-only row-sum kernel that shows what a read-only stream reaches;
 - triton gelu (erf) forward and backward with the launchers' defaults;
+- triton softmax on short rows (127 and 1024 columns): rows per program x warps, and eager;
 - CUDA: the extension built once per setting (-DKA_REGISTER_ROWS in rowwise.h,
   -DKA_BIAS_ACT_ROW_UNROLL / _MIN_BLOCKS in bias_act.cu): softmax, layer_norm, rms_norm and
   bias_gelu. Settings measured once and dropped are listed in the kernels' NB comments.
@@ -35,6 +36,7 @@ CUDA_VARIANTS = {  # name -> -D values in the order of DEFINES
     "register rows; bias_act 1 row x 8 blocks (defaults)": (1, 1, 8),
     "register rows; bias_act 4 rows x 4 blocks": (1, 4, 4),
     "register rows; bias_act 1 row x 6 blocks": (1, 1, 6),
+    "register rows; bias_act 2 rows x 8 blocks": (1, 2, 8),
     "shared-memory rows; bias_act 1 row x 8 blocks": (0, 1, 8),
 }
 DEFINES = ("KA_REGISTER_ROWS", "KA_BIAS_ACT_ROW_UNROLL", "KA_BIAS_ACT_MIN_BLOCKS")
@@ -64,7 +66,8 @@ def triton_norm_rows(dtype: torch.dtype, copy_bps: float) -> list[dict]:
     x = torch.randn(BIG_SHAPE, device="cuda", dtype=dtype)
     n_cols = x.shape[1]
     fwd_settings = [(1, 4), (1, 8), (1, 16)]
-    bwd_settings = [(1, warps, prefetch) for prefetch in (True, False) for warps in (8, 16)]
+    # (programs per SM, warps, cp.async stages)
+    bwd_settings = [(1, warps, stages) for stages in (1, 2, 3, 4) for warps in (8, 16)]
     for kernel in ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"):
         case = make_case(kernel, x)  # for its byte counts
         is_rms, fused = "rms" in kernel, kernel.startswith("add_")
@@ -84,9 +87,9 @@ def triton_norm_rows(dtype: torch.dtype, copy_bps: float) -> list[dict]:
                 tag = f"fwd block_m={bm} warps={warps}" + (" (default)" if cfg == default_fwd else "")
                 _try(rows, lambda c=cfg: norm.norm_fwd(x, r, w, b, 1e-5, is_rms, c), "triton",
                      kernel + " fwd", dtype, BIG_SHAPE, tag, case.fwd_bytes, copy_bps)
-        for per_sm, warps, prefetch in bwd_settings:
-            cfg = norm.BwdConfig(per_sm, warps, prefetch)
-            tag = (f"bwd per_sm={per_sm} warps={warps} prefetch={int(prefetch)}"
+        for per_sm, warps, stages in bwd_settings:
+            cfg = norm.BwdConfig(per_sm, warps, stages)
+            tag = (f"bwd per_sm={per_sm} warps={warps} stages={stages}"
                    + (" (default)" if cfg == default_bwd else ""))
             _try(rows, lambda c=cfg: norm.norm_bwd(saved, w, mean, rstd, dy, dres, True,
                                                    b is not None, is_rms, c),
@@ -114,9 +117,13 @@ def triton_ce_rows(dtype: torch.dtype, copy_bps: float) -> list[dict]:
     nbytes = x.numel() * x.element_size() + x.shape[0] * 16
     default = ce.fwd_config(x.shape[1], dtype)
     print(f"tune: triton cross_entropy {dtype}", file=sys.stderr, flush=True)
-    settings = [ce.FwdConfig(w) for w in (2, 4, 8)]
+    # (block columns, warps, contiguous logits per thread sharing one max)
+    settings = [ce.FwdConfig(*c) for c in (
+        (8192, 2, 8), (8192, 4, 8), (8192, 8, 8), (8192, 4, 4), (8192, 8, 4), (4096, 2, 8),
+        (4096, 4, 8), (4096, 4, 4), (2048, 2, 8))]
     for cfg in settings:
-        tag = f"warps={cfg.num_warps}" + (" (default)" if cfg == default else "")
+        tag = (f"block_n={cfg.block_n} warps={cfg.num_warps} group={cfg.group}"
+               + (" (default)" if cfg == default else ""))
         _try(rows, lambda c=cfg: ce.cross_entropy_fwd(x, target, -100, c), "triton",
              "cross_entropy fwd", dtype, BIG_SHAPE, tag, nbytes, copy_bps)
     out = torch.empty(x.shape[0], device="cuda", dtype=torch.float32)
@@ -125,6 +132,41 @@ def triton_ce_rows(dtype: torch.dtype, copy_bps: float) -> list[dict]:
                                                            num_warps=w),
              "triton", "row_sum (read-only reference)", dtype, BIG_SHAPE, f"warps={warps}",
              x.numel() * x.element_size(), copy_bps)
+    return rows
+
+
+SHORT_ROW_SHAPES = ((32768, 127), (8192, 127), (32768, 1024))
+SHORT_ROW_SETTINGS = ((4, 1), (8, 1), (16, 1), (32, 1), (8, 2), (16, 2), (32, 4), (64, 4))
+
+
+def triton_short_softmax_rows(dtype: torch.dtype, copy_bps: float) -> list[dict]:
+    """softmax/log_softmax forward and softmax backward on short rows, where the default
+    spreads a row over several warps: rows per program x warps, next to eager."""
+    from reference_kernels.triton import softmax as sm
+
+    rows = []
+    for shape in SHORT_ROW_SHAPES:
+        x = torch.randn(shape, device="cuda", dtype=dtype)
+        y, dy = torch.softmax(x, -1), torch.randn_like(x)
+        io = x.numel() * x.element_size()
+        default = sm.block_config(*shape)
+        print(f"tune: triton short-row softmax {shape} {dtype}", file=sys.stderr, flush=True)
+        for name, fn, nbytes in (
+                ("softmax fwd", lambda c: sm.softmax_fwd(x, False, c), 2 * io),
+                ("log_softmax fwd", lambda c: sm.softmax_fwd(x, True, c), 2 * io),
+                ("softmax bwd", lambda c: sm.softmax_bwd(y, dy, False, c), 3 * io)):
+            settings = {default, *(sm.BlockConfig(m, w) for m, w in SHORT_ROW_SETTINGS)}
+            for cfg in sorted(settings, key=lambda c: (c.block_m, c.num_warps)):
+                tag = (f"block_m={cfg.block_m} warps={cfg.num_warps}"
+                       + (" (default)" if cfg == default else ""))
+                _try(rows, lambda c=cfg, f=fn: f(c), "triton", name, dtype, shape, tag, nbytes,
+                     copy_bps)
+        _try(rows, lambda: torch.softmax(x, -1), "eager", "softmax fwd", dtype, shape,
+             "torch.softmax", 2 * io, copy_bps)
+        _try(rows, lambda: torch.log_softmax(x, -1), "eager", "log_softmax fwd", dtype, shape,
+             "torch.log_softmax", 2 * io, copy_bps)
+        _try(rows, lambda: torch._softmax_backward_data(dy, y, -1, dtype), "eager",
+             "softmax bwd", dtype, shape, "torch._softmax_backward_data", 3 * io, copy_bps)
     return rows
 
 
@@ -238,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += triton_gelu_rows(dtype, copies[dtype])
             rows += triton_ce_rows(dtype, copies[dtype])
             rows += triton_norm_rows(dtype, copies[dtype])
+            rows += triton_short_softmax_rows(dtype, copies[dtype])
     if args.part in ("cuda", "all"):
         rows += cuda_rows(copies)
     env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,

@@ -486,17 +486,25 @@ def test_norm_launch_settings_hand_worked():
     assert fwd_config(16384, 8192, torch.bfloat16) == FwdConfig(1, 8)
     # under MANY_ROWS (4096) rows the forward is latency-bound: warps by elements again
     assert fwd_config(64, 8192, torch.bfloat16) == FwdConfig(1, 16)
-    # backward: 16 // 16 = 1 program per SM; prefetch only for 16-bit rows; rms keeps 16 warps
-    assert bwd_config(16384, 8192, torch.float32, is_rms=False) == BwdConfig(1, 16, False)
-    assert bwd_config(16384, 8192, torch.bfloat16, is_rms=False) == BwdConfig(1, 8, True)
-    assert bwd_config(16384, 8192, torch.float16, is_rms=True) == BwdConfig(1, 16, True)
+    # backward: 16 // 16 = 1 program per SM, 3 cp.async stages; layer_norm warps by bytes
+    # (bf16: 8), rms_norm by elements (16)
+    assert bwd_config(16384, 8192, torch.float32, is_rms=False) == BwdConfig(1, 16, 3)
+    assert bwd_config(16384, 8192, torch.bfloat16, is_rms=False) == BwdConfig(1, 8, 3)
+    assert bwd_config(16384, 8192, torch.float16, is_rms=True) == BwdConfig(1, 16, 3)
+    # stages shrink to what shared memory holds (227 KiB - 16 KiB = 216 KiB for buffers):
+    # bf16 32768 columns, x + dy = 128 KiB per stage: 2 stages (one buffered block), not 3
+    assert bwd_config(4096, 32768, torch.bfloat16, is_rms=True).stages == 2
+    # fp32 32768 columns fused (x, dy, dres): 384 KiB per stage: no pipelining
+    assert bwd_config(4096, 32768, torch.float32, is_rms=False, fused=True).stages == 1
+    # a 64 KiB device: 64 - 16 = 48 KiB of buffers hold one 32 KiB stage (bf16 8192: x + dy)
+    assert bwd_config(16384, 8192, torch.bfloat16, False, smem_bytes=64 * 1024).stages == 2
 
 
 @pytest.mark.parametrize("is_rms", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape", [(1, 7), (37, 300)])
-def test_norm_backward_prefetch_is_bitwise_neutral(shape, dtype, is_rms):
-    # The software prefetch reorders loads, not arithmetic: both paths give the same bits.
+@pytest.mark.parametrize("shape", [(1, 7), (37, 300), (300, 1024)])
+def test_norm_backward_pipelining_is_bitwise_neutral(shape, dtype, is_rms):
+    # cp.async stages move loads, not arithmetic: pipelined and plain loops give the same bits.
     from reference_kernels.triton.norm import BwdConfig, norm_bwd, norm_fwd
 
     x, dy = randn(*shape, dtype=dtype), randn(*shape, dtype=dtype, seed=3)
@@ -504,7 +512,46 @@ def test_norm_backward_prefetch_is_bitwise_neutral(shape, dtype, is_rms):
     b = None if is_rms else randn(shape[-1], dtype=dtype, seed=4)
     _, _, mean, rstd = norm_fwd(x, None, w, b, 1e-5, is_rms)
     runs = [norm_bwd(x, w, mean, rstd, dy, None, True, not is_rms, is_rms,
-                     BwdConfig(1, 4, prefetch)) for prefetch in (True, False)]
-    for with_prefetch, without in zip(*runs):
-        if with_prefetch is not None:
-            assert torch.equal(with_prefetch, without)
+                     BwdConfig(1, 4, stages)) for stages in (3, 1)]
+    for pipelined, plain in zip(*runs):
+        if pipelined is not None:
+            assert torch.equal(pipelined, plain)
+
+
+def test_cross_entropy_launch_settings_hand_worked():
+    from reference_kernels.triton.cross_entropy import FwdConfig, fwd_config
+
+    # 16 KiB blocks: 8192 bf16 or 4096 fp32 logits, 16384 B / (32 threads * 128 B) = 4 warps;
+    # each thread's 16-byte vector shares one max: 16 / 2 = 8 bf16, 16 / 4 = 4 fp32 logits.
+    assert fwd_config(8192, torch.bfloat16) == FwdConfig(8192, 4, 8)
+    assert fwd_config(8192, torch.float32) == FwdConfig(4096, 4, 4)
+    # longer rows loop over the blocks; a 3-column row is one 4-column block, 1 warp
+    assert fwd_config(50257, torch.float32) == FwdConfig(4096, 4, 4)
+    assert fwd_config(3, torch.bfloat16) == FwdConfig(4, 1, 4)
+
+
+def test_softmax_launch_settings_hand_worked():
+    from reference_kernels.triton.softmax import BlockConfig, block_config
+
+    # 127 columns -> 128-column blocks: one warp, 1024 // 128 = 8 rows per program
+    assert block_config(32768, 127) == BlockConfig(8, 1)
+    assert block_config(3, 127) == BlockConfig(4, 1)  # next power of two of 3 rows
+    # 1024 columns: 4096 // 1024 = 4 rows per program, 4 * 1024 elements -> 8 warps
+    assert block_config(32768, 1024) == BlockConfig(4, 8)
+
+
+@pytest.mark.parametrize("n_cols", [1, 7, 127, 781, 8192, 8193])
+@pytest.mark.parametrize("config", [(4096, 4, 8), (8192, 8, 4), (1024, 2, 16)])
+def test_cross_entropy_forward_launch_settings_agree(config, n_cols):
+    # Any block, warp count and max-sharing group gives the same loss up to rounding. A GPU
+    # takes the one-program-per-row path (which reads the config) from SMs * 8 rows.
+    from reference_kernels.triton.cross_entropy import FwdConfig, cross_entropy_fwd
+
+    n_rows = 5 if DEV == "cpu" else torch.cuda.get_device_properties(DEV).multi_processor_count * 8
+    logits = randn(n_rows, n_cols, dtype=torch.float32) * 4
+    target = torch.randint(0, n_cols, (n_rows,), device=logits.device)
+    ref = torch.nn.functional.cross_entropy(logits.double(), target, reduction="none")
+    block, warps, group = config
+    losses, _ = cross_entropy_fwd(logits, target, -100,
+                                  FwdConfig(block, warps, min(group, block)))
+    torch.testing.assert_close(losses.double(), ref, rtol=1e-5, atol=1e-5)

@@ -24,67 +24,106 @@ MAX_BLOCK_COLS = 8192
 FWD_PROGRAMS_PER_SM = 8
 FWD_MIN_CHUNK_BYTES = 16384
 FWD_BYTES_PER_THREAD = 128  # 8 x 16-byte loads in flight per thread and block
+FWD_BLOCK_BYTES = 16384  # logits per block of the one-program-per-row forward
 COMBINE_TILE = 1024  # partials per combine program (rows x chunks)
 REDUCTIONS = ("mean", "sum", "none")
 
 
 @triton.jit
-def _chunk_max_sumexp(x_row, start, stop, n_cols, ACC: tl.constexpr, BLOCK_N: tl.constexpr):
-    # (max, sum exp(x - max)) of x_row[start:stop]; stop - start is a multiple of BLOCK_N or
-    # ends at n_cols. The max is rescaled once per block, not per element: one exp per logit
-    # (a per-element online update costs three, which made the bf16 forward exp-bound), taken
-    # as exp2(x*log2(e) - max*log2(e)): one FMA + one ex2 per logit.
+def _load_block(x_row, block_start, n_cols, ACC: tl.constexpr, BLOCK_N: tl.constexpr,
+                GROUP: tl.constexpr):
+    # A [BLOCK_N/GROUP, GROUP] tile: each thread holds GROUP contiguous logits (16 bytes).
+    idx = block_start + tl.arange(0, BLOCK_N // GROUP)[:, None] * GROUP + \
+        tl.arange(0, GROUP)[None, :]
+    return tl.load(x_row + idx, mask=idx < n_cols, other=-float("inf")).to(ACC)
+
+
+@triton.jit
+def _block_max_sumexp(x):
+    # (max, sum exp(x - max)) of a loaded tile. Each thread shifts its GROUP logits by their
+    # own max: exps start as soon as a thread's loads land, with no block-wide max (two
+    # barriers) between loads and exps, and the tile needs half the registers; the group
+    # sums are rescaled to the block max once per GROUP logits. Exps are
+    # exp2(x*log2(e) - max*log2(e)): one FMA + one ex2 per logit.
     # NB: rounding max*log2(e) shifts the result by ~1 ulp of max, as the subtraction would.
-    cols = tl.arange(0, BLOCK_N)
-    x = tl.load(x_row + start + cols, mask=start + cols < n_cols, other=-float("inf")).to(ACC)
-    m = tl.max(x, axis=0)
+    m_g = tl.max(x, axis=1)  # within a thread
+    shift_g = tl.where(m_g == -float("inf"), 0.0, m_g)
+    s_g = tl.sum(tl.exp2(x * 1.4426950408889634 - shift_g[:, None] * 1.4426950408889634),
+                 axis=1)
+    m = tl.max(m_g, axis=0)
     shift = tl.where(m == -float("inf"), 0.0, m)
-    s = tl.sum(tl.exp2(x * 1.4426950408889634 - shift * 1.4426950408889634), axis=0)
+    # empty groups (all -inf) add 0, never 0 * exp2(+big) = NaN
+    s_g = tl.where(m_g == -float("inf"), 0.0,
+                   s_g * tl.exp2(m_g * 1.4426950408889634 - shift * 1.4426950408889634))
+    return m, tl.sum(s_g, axis=0)
+
+
+@triton.jit
+def _merge_max_sumexp(m1, s1, m2, s2):
+    m = tl.maximum(m1, m2)
+    shift = tl.where(m == -float("inf"), 0.0, m)
+    return m, s1 * tl.exp(m1 - shift) + s2 * tl.exp(m2 - shift)
+
+
+@triton.jit
+def _row_max_sumexp(x_row, x_first, start, stop, n_cols, ACC: tl.constexpr,
+                    BLOCK_N: tl.constexpr, GROUP: tl.constexpr):
+    # (max, sum exp(x - max)) of x_row[start:stop], whose first block the caller loaded
+    # (x_first); stop - start is a multiple of BLOCK_N or ends at n_cols.
+    m, s = _block_max_sumexp(x_first)
     for block_start in range(start + BLOCK_N, stop, BLOCK_N):
-        x = tl.load(x_row + block_start + cols, mask=block_start + cols < n_cols,
-                    other=-float("inf")).to(ACC)
-        m_new = tl.maximum(m, tl.max(x, axis=0))
-        shift = tl.where(m_new == -float("inf"), 0.0, m_new)
-        s = s * tl.exp(m - shift) + tl.sum(
-            tl.exp2(x * 1.4426950408889634 - shift * 1.4426950408889634), axis=0)
-        m = m_new
+        m_b, s_b = _block_max_sumexp(_load_block(x_row, block_start, n_cols, ACC, BLOCK_N,
+                                                 GROUP))
+        m, s = _merge_max_sumexp(m, s, m_b, s_b)
     return m, s
 
 
 @triton.jit
-def _ce_loss_store(logits_ptr, target_ptr, loss_ptr, lse_ptr, rows, live, lse, n_cols,
-                   row_stride, ignore_index):
-    # Loss = lse - x[target]; reads one target and one logit per row, writes two floats.
-    # Rows with an out-of-range target get a NaN loss, ignored rows 0.
+def _target_logit(logits_ptr, target_ptr, rows, live, n_cols, row_stride, ignore_index):
+    # (x[target], ignored, valid) per row: reads one target and one logit.
     target = tl.load(target_ptr + rows, mask=live, other=ignore_index).to(tl.int64)
     ignored = target == ignore_index
     valid = (target >= 0) & (target < n_cols)
     x_target = tl.load(logits_ptr + rows * row_stride + target, mask=live & valid & ~ignored,
-                       other=0.0).to(lse.dtype)
-    loss = tl.where(valid, lse - x_target, float("nan"))
+                       other=0.0)
+    return x_target, ignored, valid
+
+
+@triton.jit
+def _ce_store(loss_ptr, lse_ptr, rows, live, lse, x_target, ignored, valid):
+    # Loss = lse - x[target], NaN for an out-of-range target, 0 for ignored rows; 8 bytes.
+    loss = tl.where(valid, lse - x_target.to(lse.dtype), float("nan"))
     tl.store(loss_ptr + rows, tl.where(ignored, 0.0, loss), mask=live)
     tl.store(lse_ptr + rows, lse, mask=live)
 
 
 @triton.jit
 def _ce_fwd_row(logits_ptr, target_ptr, loss_ptr, lse_ptr, n_cols, row_stride, ignore_index,
-                ACC: tl.constexpr, BLOCK_N: tl.constexpr):
+                ACC: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr):
     # One program per row (the whole row is one chunk): reads n_cols*elt bytes of logits.
+    # The target logit is loaded after the first block's loads are issued, so its two
+    # dependent loads (target, then x[target]) overlap the stream instead of trailing it.
     row = tl.program_id(0).to(tl.int64)
-    m, s = _chunk_max_sumexp(logits_ptr + row * row_stride, 0, n_cols, n_cols, ACC, BLOCK_N)
-    _ce_loss_store(logits_ptr, target_ptr, loss_ptr, lse_ptr, row, row >= 0, m + tl.log(s),
-                   n_cols, row_stride, ignore_index)
+    x_row = logits_ptr + row * row_stride
+    x_first = _load_block(x_row, 0, n_cols, ACC, BLOCK_N, GROUP)
+    x_target, ignored, valid = _target_logit(logits_ptr, target_ptr, row, row >= 0, n_cols,
+                                             row_stride, ignore_index)
+    m, s = _row_max_sumexp(x_row, x_first, 0, n_cols, n_cols, ACC, BLOCK_N, GROUP)
+    _ce_store(loss_ptr, lse_ptr, row, row >= 0, m + tl.log(s), x_target, ignored, valid)
 
 
 @triton.jit
 def _ce_fwd_partial(logits_ptr, part_max_ptr, part_sum_ptr, n_cols, row_stride, n_chunks,
-                    ACC: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK_N: tl.constexpr):
+                    ACC: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr,
+                    CHUNK_N: tl.constexpr):
     # Program (row, chunk) reads CHUNK_N*elt bytes of logits and writes 2 partial floats.
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     start = chunk * CHUNK_N
     stop = tl.minimum(start + CHUNK_N, n_cols)
-    m, s = _chunk_max_sumexp(logits_ptr + row * row_stride, start, stop, n_cols, ACC, BLOCK_N)
+    x_row = logits_ptr + row * row_stride
+    m, s = _row_max_sumexp(x_row, _load_block(x_row, start, n_cols, ACC, BLOCK_N, GROUP),
+                           start, stop, n_cols, ACC, BLOCK_N, GROUP)
     tl.store(part_max_ptr + row * n_chunks + chunk, m)
     tl.store(part_sum_ptr + row * n_chunks + chunk, s)
 
@@ -104,8 +143,9 @@ def _ce_fwd_combine(logits_ptr, target_ptr, part_max_ptr, part_sum_ptr, loss_ptr
     row_max = tl.max(m, axis=1)
     shift = tl.where(row_max == -float("inf"), 0.0, row_max)
     lse = row_max + tl.log(tl.sum(s * tl.exp(m - shift[:, None]), axis=1))
-    _ce_loss_store(logits_ptr, target_ptr, loss_ptr, lse_ptr, rows, in_rows, lse, n_cols,
-                   row_stride, ignore_index)
+    x_target, ignored, valid = _target_logit(logits_ptr, target_ptr, rows, in_rows, n_cols,
+                                             row_stride, ignore_index)
+    _ce_store(loss_ptr, lse_ptr, rows, in_rows, lse, x_target, ignored, valid)
 
 
 @triton.jit
@@ -145,25 +185,42 @@ def _fwd_chunks(n_rows: int, n_cols: int, elt_bytes: int, device: torch.device) 
 
 @dataclass(frozen=True)
 class FwdConfig:
-    """Warps of the one-program-per-row forward (rows the GPU's programs already fill).
+    """Launch of the one-program-per-row forward (when the rows alone fill the GPU): columns
+    per block, warps, and contiguous logits per thread that share one max (GROUP).
 
-    NB: measured on an H200 at 16384x8192 (benchmarks/tune_rowwise.py): persistent programs
-    that prefetch the next row (0.31-0.83 of copy in bf16), 2 or 4 chunks per row plus a merge
-    (0.81-0.84) and taking the row max in bf16 (0.85) did not beat one program per row (0.85).
+    NB: measured on an H200 at 16384x8192 in bf16 (benchmarks/tune_rowwise.py), share of copy:
+    a block-wide max before the exps, as this kernel had, 0.77-0.85; per-thread group maxes
+    0.77-0.87, and 0.86 once the target logit's two dependent loads were issued with the first
+    block instead of after the row; the same kernel without the target logit 0.875, and a
+    kernel that only sums the rows 0.89-0.91: bf16 reads in this one-row-per-program form
+    stall on ptxas interleaving loads with the arithmetic that uses them. Lost: 2 or 4 rows
+    per program (0.44-0.74), cp.async pipelining over 1024-4096-column blocks (0.66-0.84),
+    persistent programs looping over rows with or without cp.async (0.27-0.82), a per-thread
+    max over all of a thread's 64 logits (0.54-0.77), 2 or 4 chunks per row plus a merge
+    (0.81-0.84), the row max in bf16 (0.85). fp32 reaches 0.98-0.99 with 8 warps.
     """
 
+    block_n: int
     num_warps: int
+    group: int
 
 
 def fwd_config(n_cols: int, dtype: torch.dtype) -> FwdConfig:
-    block = _block_cols(n_cols)
-    return FwdConfig(_fwd_warps(block, dtype.itemsize))
+    # Blocks of FWD_BLOCK_BYTES (8192 bf16, 4096 fp32 logits): measured on an H200, fp32
+    # 4096 x 4 warps 0.99 of copy against 0.95-0.98 for 8192 x 8.
+    block = min(triton.next_power_of_2(n_cols), FWD_BLOCK_BYTES // dtype.itemsize)
+    return FwdConfig(block, _fwd_warps(block, dtype.itemsize), _group(block, dtype.itemsize))
+
+
+def _group(block_cols: int, elt_bytes: int) -> int:
+    # One 16-byte vector of logits per max: 8 bf16/fp16, 4 fp32.
+    return min(block_cols, 16 // elt_bytes)
 
 
 def _fwd_warps(block_cols: int, elt_bytes: int) -> int:
-    # Measured on an H200: 8 warps for an 8192-column fp32 block, 4 for bf16 (0.83 of copy
-    # against 0.62 with 16 warps, 0.78-0.79 with 2 or 8): a streaming reduction wants more
-    # resident programs per SM rather than more warps per program.
+    # Measured on an H200: 4 warps for a 16 KiB block (bf16: 0.86-0.87 of copy against
+    # 0.82-0.83 with 8, 0.82-0.86 with 2): a streaming reduction wants more resident programs
+    # per SM rather than more warps per program.
     warps = block_cols * elt_bytes // (32 * FWD_BYTES_PER_THREAD)
     return max(1, min(16, triton.next_power_of_2(max(warps, 1))))
 
@@ -186,11 +243,10 @@ def _launch_fwd(logits2d, target, losses, lse, ignore_index: int,
     acc, elt_bytes = acc_type(logits2d.dtype), logits2d.element_size()
     n_chunks = _fwd_chunks(n_rows, n_cols, elt_bytes, logits2d.device)
     if n_chunks == 1:
-        block = _block_cols(n_cols)
         config = config or fwd_config(n_cols, logits2d.dtype)
         _ce_fwd_row[(n_rows,)](logits2d, target, losses, lse, n_cols, logits2d.stride(0),
-                               ignore_index, ACC=acc, BLOCK_N=block,
-                               num_warps=config.num_warps)
+                               ignore_index, ACC=acc, BLOCK_N=config.block_n,
+                               GROUP=config.group, num_warps=config.num_warps)
         return
     block = _block_cols(triton.cdiv(n_cols, n_chunks))
     chunk_cols = triton.cdiv(triton.cdiv(n_cols, n_chunks), block) * block
@@ -201,7 +257,7 @@ def _launch_fwd(logits2d, target, losses, lse, ignore_index: int,
     part_sum = torch.empty_like(part_max)
     _ce_fwd_partial[(n_rows, n_chunks)](logits2d, part_max, part_sum, n_cols,
                                         logits2d.stride(0), n_chunks, ACC=acc, BLOCK_N=block,
-                                        CHUNK_N=chunk_cols,
+                                        GROUP=_group(block, elt_bytes), CHUNK_N=chunk_cols,
                                         num_warps=_fwd_warps(block, elt_bytes))
     chunks_p2 = triton.next_power_of_2(n_chunks)
     rows_per_prog = max(1, min(COMBINE_TILE // chunks_p2, triton.next_power_of_2(n_rows)))

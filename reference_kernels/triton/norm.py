@@ -6,6 +6,7 @@ Rows up to MAX_FUSED_COLS stay in registers; short rows are packed several per p
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -60,7 +61,7 @@ def _norm_fwd(x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr,
 
 @triton.jit
 def _load_rows(ptr, rows, row_ok, row_stride, cols, col_ok):
-    # A (BLOCK_M, BLOCK_N) tile in the storage dtype: prefetched tiles stay narrow in registers.
+    # A (BLOCK_M, BLOCK_N) tile in the storage dtype.
     mask = row_ok[:, None] & col_ok[None, :]
     return tl.load(ptr + rows.to(tl.int64)[:, None] * row_stride + cols[None, :], mask=mask,
                    other=0.0)
@@ -70,16 +71,16 @@ def _load_rows(ptr, rows, row_ok, row_stride, cols, col_ok):
 def _norm_bwd(x_ptr, w_ptr, mean_ptr, rstd_ptr, dy_ptr, dres_ptr, dx_ptr, dw_ptr, db_ptr,
               n_rows, n_cols, rows_per_prog, x_row_stride, dy_row_stride, dres_row_stride,
               IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, NEED_DW: tl.constexpr,
-              NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr, PREFETCH: tl.constexpr,
+              NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr, STAGES: tl.constexpr,
               ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # xhat = (x - mean)*rstd (mean = 0 for RMS), g = w*dy:
     # dx = rstd*(g - xhat*mean(g*xhat) - mean(g)) [RMS: no mean(g) term] (+ dres).
     # Per row reads 2*n_cols*elt (x, dy) [+ n_cols*elt dres], writes n_cols*elt (dx).
     # dw = sum(dy*xhat), db = sum(dy) over this program's rows: one fp32 partial row each
     # (programs*n_cols*4 bytes written, re-read once by _sum_partials).
-    # PREFETCH: the next row block's loads are issued before this block's reductions (a
-    # software double buffer): with ~1 program per SM that keeps two blocks of loads in flight,
-    # at the price of a second tile of registers.
+    # STAGES > 1: Triton's pipeliner copies the next STAGES - 1 row blocks into shared memory
+    # with cp.async while this one is reduced: with ~1 program per SM, loads stay in flight
+    # through the reductions at no register cost (2 * (STAGES - 1) tiles of shared memory).
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
@@ -89,43 +90,19 @@ def _norm_bwd(x_ptr, w_ptr, mean_ptr, rstd_ptr, dy_ptr, dres_ptr, dx_ptr, dw_ptr
     db_acc = tl.zeros([BLOCK_N], ACC)
     row_start = pid * rows_per_prog
     row_end = tl.minimum(row_start + rows_per_prog, n_rows)
-    if PREFETCH:
-        rows_n = row_start + tl.arange(0, BLOCK_M)
-        ok_n = rows_n < row_end
-        x_n = _load_rows(x_ptr, rows_n, ok_n, x_row_stride, cols, col_ok)
-        dy_n = _load_rows(dy_ptr, rows_n, ok_n, dy_row_stride, cols, col_ok)
-        rstd_n = tl.load(rstd_ptr + rows_n, mask=ok_n, other=0.0)
-        mean_n = rstd_n  # RMS: unused (mean = 0)
-        if not IS_RMS:
-            mean_n = tl.load(mean_ptr + rows_n, mask=ok_n, other=0.0)
-    for block_start in range(row_start, row_end, BLOCK_M):
-        if PREFETCH:
-            rows, row_ok = rows_n, ok_n
-            x, dy, rstd, mean = x_n.to(ACC), dy_n.to(ACC), rstd_n[:, None], mean_n[:, None]
-            if HAS_DRES:  # issued before the reductions, so its latency hides behind them
-                dres = _load_rows(dres_ptr, rows, row_ok, dres_row_stride, cols, col_ok)
-            rows_n = rows + BLOCK_M
-            ok_n = rows_n < row_end
-            x_n = _load_rows(x_ptr, rows_n, ok_n, x_row_stride, cols, col_ok)
-            dy_n = _load_rows(dy_ptr, rows_n, ok_n, dy_row_stride, cols, col_ok)
-            rstd_n = tl.load(rstd_ptr + rows_n, mask=ok_n, other=0.0)
-            if not IS_RMS:
-                mean_n = tl.load(mean_ptr + rows_n, mask=ok_n, other=0.0)
-        else:
-            rows = block_start + tl.arange(0, BLOCK_M)
-            row_ok = rows < row_end
-            x = _load_rows(x_ptr, rows, row_ok, x_row_stride, cols, col_ok).to(ACC)
-            dy = _load_rows(dy_ptr, rows, row_ok, dy_row_stride, cols, col_ok).to(ACC)
-            if HAS_DRES:
-                dres = _load_rows(dres_ptr, rows, row_ok, dres_row_stride, cols, col_ok)
-            rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)[:, None]
-            mean = rstd  # RMS: unused
-            if not IS_RMS:
-                mean = tl.load(mean_ptr + rows, mask=row_ok, other=0.0)[:, None]
+    for block_start in tl.range(row_start, row_end, BLOCK_M, num_stages=STAGES):
+        rows = block_start + tl.arange(0, BLOCK_M)
+        row_ok = rows < row_end
+        x = _load_rows(x_ptr, rows, row_ok, x_row_stride, cols, col_ok).to(ACC)
+        dy = _load_rows(dy_ptr, rows, row_ok, dy_row_stride, cols, col_ok).to(ACC)
+        if HAS_DRES:
+            dres = _load_rows(dres_ptr, rows, row_ok, dres_row_stride, cols, col_ok)
+        rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)[:, None]
         mask = row_ok[:, None] & col_ok[None, :]
         if IS_RMS:
             xhat = x * rstd
         else:
+            mean = tl.load(mean_ptr + rows, mask=row_ok, other=0.0)[:, None]
             xhat = tl.where(mask, (x - mean) * rstd, 0.0)
         g = dy
         if HAS_WEIGHT:
@@ -159,11 +136,12 @@ class FwdConfig:
 
 @dataclass(frozen=True)
 class BwdConfig:
-    """Launch settings of _norm_bwd: resident programs per SM, warps, software prefetch."""
+    """Launch settings of _norm_bwd: resident programs per SM, warps, cp.async pipeline
+    stages over the row blocks (1: none)."""
 
     programs_per_sm: int
     num_warps: int
-    prefetch: bool
+    stages: int
 
 
 def _block_cols(n_cols: int) -> int:
@@ -191,16 +169,53 @@ def fwd_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> FwdConfig:
     return FwdConfig(block_m, _warps_by_bytes(block_m * block_n, dtype))
 
 
-def bwd_config(n_rows: int, n_cols: int, dtype: torch.dtype, is_rms: bool) -> BwdConfig:
+# NB: measured on an H200 at 16384x8192 (benchmarks/tune_rowwise.py, four runs): 3 stages
+# take bf16 layer_norm to 0.88-0.91 of copy, from 0.68 without pipelining and 0.87-0.89 with
+# the former register prefetch of the next row block (rms_norm 0.91 -> 0.91-0.93; fp32 rows
+# equal or better); 2 stages lose (bf16 layer_norm 0.64), 4 do not gain (0.86-0.90). Both
+# layer_norm row sums in one tl.reduce stayed within noise (0.88-0.92 against 0.88-0.91).
+BWD_STAGES = 3
+
+
+# Shared memory per block Triton may fill with pipeline buffers (an H200 allows 227 KiB per
+# block; the launcher asks the device); 16 KiB stay for the reductions' scratch.
+SMEM_PER_BLOCK_BYTES = 227 * 1024
+SMEM_RESERVED_BYTES = 16 * 1024
+
+
+def bwd_config(n_rows: int, n_cols: int, dtype: torch.dtype, is_rms: bool,
+               fused: bool = False, smem_bytes: int = SMEM_PER_BLOCK_BYTES) -> BwdConfig:
     tile = rows_per_program(_block_cols(n_cols), n_rows) * _block_cols(n_cols)
-    # NB: measured on an H200 at 16384x8192 (benchmarks/tune_rowwise.py): one program per SM
-    # beats 2 and 4; the software prefetch lifts 16-bit rows (bf16 layer_norm 0.69 -> 0.87 of
-    # copy) but costs fp32 ones, whose second tile of registers spills (add_layer_norm
-    # 0.97 -> 0.84); bf16 layer_norm wants 8 warps (0.87 vs 0.86), rms_norm 16 (0.92 vs 0.89);
-    # two rows per tile measured far slower (bf16 0.33-0.58).
-    sixteen_bit = dtype.itemsize == 2
+    # NB: measured on an H200 at 16384x8192: one program per SM beats 2 and 4 (each holds
+    # dw/db accumulators for its rows); bf16 layer_norm wants 8 warps (0.88-0.91 against
+    # 0.87-0.90 with 16, 0.78-0.80 with 32); rms_norm is indifferent between 8 and 16.
     warps = num_warps_for(tile) if is_rms else _warps_by_bytes(tile, dtype)
-    return BwdConfig(max(1, 16 // num_warps_for(tile)), warps, sixteen_bit)
+    stage_bytes = tile * dtype.itemsize * (3 if fused else 2)  # x, dy [, dres] per stage
+    return BwdConfig(max(1, 16 // num_warps_for(tile)), warps,
+                     _stages_that_fit(stage_bytes, smem_bytes))
+
+
+def _stages_that_fit(stage_bytes: int, smem_bytes: int) -> int:
+    # STAGES - 1 buffered row blocks must fit; long rows fall back to fewer stages, then none
+    # (bf16 rows of 32768 columns get 2, fp32 ones 1).
+    budget = smem_bytes - SMEM_RESERVED_BYTES
+    for stages in range(BWD_STAGES, 1, -1):
+        if (stages - 1) * stage_bytes <= budget:
+            return stages
+    return 1
+
+
+def _smem_per_block(device: torch.device) -> int:
+    if device.type != "cuda":
+        return SMEM_PER_BLOCK_BYTES  # the interpreter ignores stages
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _device_smem_per_block(index)
+
+
+@functools.lru_cache(maxsize=None)
+def _device_smem_per_block(index: int) -> int:
+    # the limit Triton checks a launch against: opt-in shared memory per block
+    return int(triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"])
 
 
 def norm_fwd(x2d, residual2d, weight, bias, eps: float, is_rms: bool,
@@ -234,25 +249,30 @@ def norm_bwd(x2d, weight, mean, rstd, dy2d, dres2d, need_dw: bool, need_db: bool
     n_rows, n_cols = x2d.shape
     dev, acc_dtype = x2d.device, acc_torch_dtype(x2d.dtype)
     dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=dev)
-    config = config or bwd_config(n_rows, n_cols, x2d.dtype, is_rms)
+    config = config or bwd_config(n_rows, n_cols, x2d.dtype, is_rms, dres2d is not None,
+                                  _smem_per_block(dev))
     block_n = _block_cols(n_cols)
     block_m = rows_per_program(block_n, n_rows)
     programs = _bwd_programs(dev, triton.cdiv(n_rows, block_m), config.programs_per_sm)
     rows_per_prog = triton.cdiv(n_rows, programs)
-    dw_part = torch.empty((programs, n_cols), dtype=acc_dtype, device=dev) if need_dw else None
-    db_part = torch.empty((programs, n_cols), dtype=acc_dtype, device=dev) if need_db else None
+    # dw and db partial rows in one tensor, so one reduction kernel sums both
+    n_sums = int(need_dw) + int(need_db)
+    parts = torch.empty((n_sums, programs, n_cols), dtype=acc_dtype, device=dev)
+    dw_part = parts[0] if need_dw else None
+    db_part = parts[n_sums - 1] if need_db else None
     if dx.numel() > 0:
         _norm_bwd[(programs,)](
             x2d, weight, mean, rstd, dy2d, dres2d, dx, dw_part, db_part,
             n_rows, n_cols, rows_per_prog, x2d.stride(0), dy2d.stride(0),
             dres2d.stride(0) if dres2d is not None else 0,
             IS_RMS=is_rms, HAS_WEIGHT=weight is not None, NEED_DW=need_dw, NEED_DB=need_db,
-            HAS_DRES=dres2d is not None, PREFETCH=config.prefetch, ACC=acc_type(x2d.dtype),
+            HAS_DRES=dres2d is not None, STAGES=config.stages, ACC=acc_type(x2d.dtype),
             BLOCK_M=block_m, BLOCK_N=block_n, num_warps=config.num_warps)
     elif need_dw or need_db:
         programs = 0  # no rows: the parameter gradients are zero
-    dw = _sum_partials(dw_part, programs) if need_dw else None
-    db = _sum_partials(db_part, programs) if need_db else None
+    sums = _sum_partials(parts, programs) if n_sums else None
+    dw = sums[0] if need_dw else None
+    db = sums[n_sums - 1] if need_db else None
     return dx, dw, db
 
 
@@ -268,9 +288,16 @@ def _bwd_programs(device: torch.device, n_row_blocks: int, per_sm: int) -> int:
     return max(1, min(n_row_blocks, sm_count * per_sm))
 
 
-def _sum_partials(part: torch.Tensor, programs: int) -> torch.Tensor:
-    # A fixed-order sum over a fixed number of partial rows: bitwise reproducible.
-    return part[:programs].sum(0) if programs else torch.zeros_like(part[0])
+def _sum_partials(parts: torch.Tensor, programs: int) -> torch.Tensor:
+    """(n_sums, programs, n_cols) partial rows -> (n_sums, n_cols): a fixed-order sum over a
+    fixed number of partial rows, bitwise reproducible, in one launch for dw and db.
+
+    NB: measured on an H200: 11.5 us for (2, 132, 8192), against 15.9 us for two sums of
+    (132, 8192) and 12.9 us for a Triton kernel with 64 x 64 tiles.
+    """
+    if not programs:
+        return torch.zeros_like(parts[:, 0])
+    return parts.sum(1)
 
 
 def check_norm_args(fn_name: str, x: torch.Tensor, normalized_shape, *params) -> int:

@@ -6,6 +6,8 @@ served from L2.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -116,7 +118,34 @@ def _softmax_bwd_loop(y_ptr, dy_ptr, dx_ptr, n_cols, y_row_stride, dy_row_stride
         tl.store(dx_ptr + row * n_cols + start + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
-def softmax_fwd(x2d: torch.Tensor, log: bool) -> torch.Tensor:
+@dataclass(frozen=True)
+class BlockConfig:
+    """Launch of the in-register kernels (rows up to SINGLE_BLOCK_COLS): rows per program
+    (a power of two) and warps."""
+
+    block_m: int
+    num_warps: int
+
+
+# Rows up to this many columns live in one warp (<= 4 elements per lane), ONE_WARP_ELEMENTS
+# per program. NB: measured on an H200 (benchmarks/tune_rowwise.py), 32768 x 127: the
+# default 32 rows x 8 warps spread each row over 4 warps and reduced through shared memory
+# with barriers (bf16 softmax 17.9 us, eager 12.6); 8 rows in one warp reduce with shuffles
+# only (10.4 us; fp32 18.6 -> 13.3 us, backward bf16 17.6 -> 13.1 us). 16-32 rows per warp
+# spilled (15.7 us and worse); 1024-column rows keep the default (4 rows x 8 warps).
+ONE_WARP_COLS = 128
+ONE_WARP_ELEMENTS = 1024
+
+
+def block_config(n_rows: int, n_cols: int) -> BlockConfig:
+    block_n = triton.next_power_of_2(n_cols)
+    block_m = rows_per_program(block_n, n_rows)
+    if block_n <= ONE_WARP_COLS:
+        return BlockConfig(min(block_m, ONE_WARP_ELEMENTS // block_n), 1)
+    return BlockConfig(block_m, num_warps_for(block_m * block_n))
+
+
+def softmax_fwd(x2d: torch.Tensor, log: bool, config: BlockConfig | None = None) -> torch.Tensor:
     """softmax (log=False) or log_softmax of each row of a (rows, cols) unit-stride view."""
     n_rows, n_cols = x2d.shape
     y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
@@ -124,12 +153,11 @@ def softmax_fwd(x2d: torch.Tensor, log: bool) -> torch.Tensor:
         return y
     acc = acc_type(x2d.dtype)
     if n_cols <= SINGLE_BLOCK_COLS:
-        block_n = triton.next_power_of_2(n_cols)
-        block_m = rows_per_program(block_n, n_rows)
-        grid = (triton.cdiv(n_rows, block_m),)
+        config = config or block_config(n_rows, n_cols)
+        grid = (triton.cdiv(n_rows, config.block_m),)
         _softmax_fwd_block[grid](x2d, y, n_rows, n_cols, x2d.stride(0), LOG=log, ACC=acc,
-                                 BLOCK_M=block_m, BLOCK_N=block_n,
-                                 num_warps=num_warps_for(block_m * block_n))
+                                 BLOCK_M=config.block_m, BLOCK_N=triton.next_power_of_2(n_cols),
+                                 num_warps=config.num_warps)
     else:
         _softmax_fwd_loop[(n_rows,)](x2d, y, n_cols, x2d.stride(0), LOG=log, ACC=acc,
                                      BLOCK_N=LOOP_BLOCK_COLS,
@@ -137,7 +165,8 @@ def softmax_fwd(x2d: torch.Tensor, log: bool) -> torch.Tensor:
     return y
 
 
-def softmax_bwd(y2d: torch.Tensor, dy2d: torch.Tensor, log: bool) -> torch.Tensor:
+def softmax_bwd(y2d: torch.Tensor, dy2d: torch.Tensor, log: bool,
+                config: BlockConfig | None = None) -> torch.Tensor:
     """Gradient of softmax/log_softmax from its output y and the upstream gradient dy."""
     n_rows, n_cols = y2d.shape
     dx = torch.empty((n_rows, n_cols), dtype=y2d.dtype, device=y2d.device)
@@ -146,12 +175,11 @@ def softmax_bwd(y2d: torch.Tensor, dy2d: torch.Tensor, log: bool) -> torch.Tenso
     acc = acc_type(y2d.dtype)
     strides = (y2d.stride(0), dy2d.stride(0))
     if n_cols <= SINGLE_BLOCK_COLS:
-        block_n = triton.next_power_of_2(n_cols)
-        block_m = rows_per_program(block_n, n_rows)
-        grid = (triton.cdiv(n_rows, block_m),)
+        config = config or block_config(n_rows, n_cols)
+        grid = (triton.cdiv(n_rows, config.block_m),)
         _softmax_bwd_block[grid](y2d, dy2d, dx, n_rows, n_cols, *strides, LOG=log, ACC=acc,
-                                 BLOCK_M=block_m, BLOCK_N=block_n,
-                                 num_warps=num_warps_for(block_m * block_n))
+                                 BLOCK_M=config.block_m, BLOCK_N=triton.next_power_of_2(n_cols),
+                                 num_warps=config.num_warps)
     else:
         _softmax_bwd_loop[(n_rows,)](y2d, dy2d, dx, n_cols, *strides, LOG=log, ACC=acc,
                                      BLOCK_N=LOOP_BLOCK_COLS,
