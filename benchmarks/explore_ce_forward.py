@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.bench_kernels import BIG_SHAPE, _bench, copy_bandwidth  # noqa: E402
 from reference_kernels.triton import cross_entropy as ce  # noqa: E402
 from reference_kernels.triton.cross_entropy import (  # noqa: E402
-    _ce_store, _load_block, _row_max_sumexp, _target_logit,
+    _block_max_sumexp, _ce_store, _load_block, _row_max_sumexp, _target_logit,
 )
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -125,13 +125,7 @@ def _ce_cached(logits_ptr, target_ptr, loss_ptr, lse_ptr, n_cols, row_stride, ig
                 cache_modifier=CACHE, eviction_policy=EVICT).to(tl.float32)
     x_t, ignored, valid = _target_logit(logits_ptr, target_ptr, row, row >= 0, n_cols,
                                         row_stride, ignore_index)
-    m_g = tl.max(x, axis=1)
-    shift_g = tl.where(m_g == -float("inf"), 0.0, m_g)
-    s_g = tl.sum(tl.exp2(x * LOG2E - shift_g[:, None] * LOG2E), axis=1)
-    m = tl.max(m_g, axis=0)
-    shift = tl.where(m == -float("inf"), 0.0, m)
-    s = tl.sum(tl.where(m_g == -float("inf"), 0.0,
-                        s_g * tl.exp2(m_g * LOG2E - shift * LOG2E)), axis=0)
+    m, s = _block_max_sumexp(x)
     _ce_store(loss_ptr, lse_ptr, row, row >= 0, m + tl.log(s), x_t, ignored, valid)
 
 

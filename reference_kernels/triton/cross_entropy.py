@@ -195,9 +195,10 @@ class FwdConfig:
     kernel that only sums the rows 0.89-0.91: bf16 reads in this one-row-per-program form
     stall on ptxas interleaving loads with the arithmetic that uses them. Lost: 2 or 4 rows
     per program (0.44-0.74), cp.async pipelining over 1024-4096-column blocks (0.66-0.84),
-    persistent programs looping over rows with or without cp.async (0.27-0.82), a per-thread
-    max over all of a thread's 64 logits (0.54-0.77), 2 or 4 chunks per row plus a merge
-    (0.81-0.84), the row max in bf16 (0.85). fp32 reaches 0.98-0.99 with 8 warps.
+    persistent programs looping over rows with or without cp.async (0.27-0.83), a per-thread
+    max over all of a thread's 64 logits (0.54-0.77), .cg loads (0.84), evict_first (0.85),
+    2 or 4 chunks per row plus a merge (0.81-0.84), the row max in bf16 (0.85)
+    (benchmarks/explore_ce_forward.py re-measures most of them). fp32 reaches 0.99-1.01.
     """
 
     block_n: int

@@ -169,7 +169,7 @@ def fwd_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> FwdConfig:
     return FwdConfig(block_m, _warps_by_bytes(block_m * block_n, dtype))
 
 
-# NB: measured on an H200 at 16384x8192 (benchmarks/tune_rowwise.py, four runs): 3 stages
+# NB: measured on an H200 at 16384x8192 (benchmarks/tune_rowwise.py, five runs): 3 stages
 # take bf16 layer_norm to 0.88-0.91 of copy, from 0.68 without pipelining and 0.87-0.89 with
 # the former register prefetch of the next row block (rms_norm 0.91 -> 0.91-0.93; fp32 rows
 # equal or better); 2 stages lose (bf16 layer_norm 0.64), 4 do not gain (0.86-0.90). Both
