@@ -7,9 +7,14 @@
     2^27 elements), both dtypes, forward only: the Triton kernel vs eager PyTorch vs
     torch.compile of the eager function (default settings: static first, then automatic
     dynamic shapes, as users get it).
-Timing: triton.testing.do_bench, L2 flushed before every rep (its default), medians.
+Timing: triton.testing.do_bench, L2 flushed before every rep (its default), medians. Part (a)
+also times each kernel back to back without the flush (against the copy timed that way); part
+(b) also replays each Triton and eager call from a CUDA graph (its GPU time, no host launch
+overhead) and says why Triton loses where it does: tie, host or kernel.
 
     python benchmarks/bench_kernels.py --out results/ [--quick] [--part a|b|all]
+                                       [--kernels softmax cross_entropy ...]
+    python benchmarks/bench_kernels.py --out DIR --render bench_kernels.json   (no GPU)
 """
 from __future__ import annotations
 
@@ -59,6 +64,12 @@ class Row:
     compile_s: float  # NaN when not measured
     triton_bytes_per_s: float
     copy_frac: float  # triton bandwidth / measured copy bandwidth (part a), NaN otherwise
+    # part a: back-to-back calls without the flush, against the copy timed the same way
+    triton_noflush_s: float = math.nan
+    copy_frac_noflush: float = math.nan
+    # part b: replayed from a CUDA graph, so no host launch overhead (GPU time per call)
+    triton_graph_s: float = math.nan
+    eager_graph_s: float = math.nan
 
 
 def _bench(fn: Callable, quick: bool) -> float:
@@ -66,6 +77,37 @@ def _bench(fn: Callable, quick: bool) -> float:
 
     warmup_ms, rep_ms = (5, 20) if quick else (5, 30)  # NB: keeps the full sweep ~4 min
     return do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median") * 1e-3
+
+
+def _bench_noflush(fn: Callable, calls: int = 50, repeats: int = 5) -> float:
+    """Seconds per call of back-to-back calls with no L2 flush in between (median over
+    `repeats` runs of `calls` calls between two events): no dirty lines of do_bench's flush
+    buffer are written back during the call. Events bracket whole runs, not single calls,
+    so the host's per-call work (events included) stays ahead of the GPU's."""
+    fn()
+    torch.cuda.synchronize()
+    runs = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        runs.append(start.elapsed_time(end) * 1e-3 / calls)
+    return sorted(runs)[repeats // 2]
+
+
+def _bench_graph(fn: Callable) -> float:
+    """Seconds per call replayed from a CUDA graph: the GPU's time without the host's launch
+    overhead; NaN when fn cannot be captured."""
+    from triton.testing import do_bench_cudagraph
+
+    try:
+        return do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e-3
+    except Exception as exc:  # noqa: BLE001 - a capture failure leaves the cell empty
+        print(f"bench_kernels: no CUDA graph: {exc!r}"[:200], file=sys.stderr)
+        return math.nan
 
 
 def _eager_grad(fn: Callable, inputs: list[torch.Tensor], upstream) -> Callable:
@@ -179,23 +221,32 @@ def copy_bandwidth(shape, dtype, quick: bool) -> float:
     return 2 * src.numel() * src.element_size() / _bench(lambda: dst.copy_(src), quick)
 
 
-def part_a(quick: bool) -> tuple[list[Row], dict]:
-    rows_out, copies = [], {}
+def copy_bandwidth_noflush(shape, dtype) -> float:
+    """The copy timed as _bench_noflush times the kernels."""
+    src = torch.randn(shape, device=DEVICE, dtype=dtype)
+    dst = torch.empty_like(src)
+    return 2 * src.numel() * src.element_size() / _bench_noflush(lambda: dst.copy_(src))
+
+
+def part_a(quick: bool, kernels=KERNELS) -> tuple[list[Row], dict]:
+    """Rows, and {"flushed" | "noflush": {dtype: copy bytes/s}}."""
+    rows_out, copies = [], {"flushed": {}, "noflush": {}}
     for dtype in DTYPES:
         name = str(dtype).replace("torch.", "")
-        copy_bps = copy_bandwidth(BIG_SHAPE, dtype, quick)
-        copies[name] = copy_bps
+        copy_bps = copies["flushed"][name] = copy_bandwidth(BIG_SHAPE, dtype, quick)
+        copy_nf = copies["noflush"][name] = copy_bandwidth_noflush(BIG_SHAPE, dtype)
         x = torch.randn(BIG_SHAPE, device=DEVICE, dtype=dtype)
-        for kernel in KERNELS:
+        for kernel in kernels:
             print(f"bench_kernels: (a) {kernel} {name}", file=sys.stderr, flush=True)
             case = make_case(kernel, x)
             for direction, tri, eag, nbytes in (("fwd", case.triton_fwd, case.eager_fwd,
                                                  case.fwd_bytes),
                                                 ("bwd", case.triton_bwd, case.eager_bwd,
                                                  case.bwd_bytes)):
-                t, te = _bench(tri, quick), _bench(eag, quick)
+                t, te, t_nf = _bench(tri, quick), _bench(eag, quick), _bench_noflush(tri)
                 rows_out.append(Row("a", kernel, direction, name, *BIG_SHAPE, nbytes, t, te,
-                                    math.nan, nbytes / t, nbytes / t / copy_bps))
+                                    math.nan, nbytes / t, nbytes / t / copy_bps, t_nf,
+                                    nbytes / t_nf / copy_nf))
             del case
             if DEVICE == "cuda":
                 torch.cuda.empty_cache()
@@ -208,9 +259,10 @@ def sweep_shapes(quick: bool) -> list[tuple[int, int]]:
     return [(r, c) for r in rows for c in cols if r * c <= MAX_SWEEP_ELEMENTS]
 
 
-def part_b(quick: bool) -> list[Row]:
-    # --quick: four kernels in bfloat16 only (torch.compile's own compile time dominates).
-    kernels = ("softmax", "rms_norm", "swiglu", "cross_entropy") if quick else KERNELS
+def part_b(quick: bool, kernels=KERNELS) -> list[Row]:
+    # --quick: at most four kernels in bfloat16 only (torch.compile's compile time dominates).
+    if quick:
+        kernels = [k for k in kernels if k in ("softmax", "rms_norm", "swiglu", "cross_entropy")]
     out = []
     for dtype in DTYPES[1:] if quick else DTYPES:
         name = str(dtype).replace("torch.", "")
@@ -230,7 +282,9 @@ def part_b(quick: bool) -> list[Row]:
                 compiled(*args)  # compile outside the timed region
                 tc = _bench(lambda: compiled(*args), quick)
                 out.append(Row("b", kernel, "fwd", name, rows, cols, case.fwd_bytes, t, te, tc,
-                               case.fwd_bytes / t, math.nan))
+                               case.fwd_bytes / t, math.nan,
+                               triton_graph_s=_bench_graph(case.triton_fwd),
+                               eager_graph_s=_bench_graph(case.eager_fwd)))
     return out
 
 
@@ -267,8 +321,11 @@ def environment(copies: dict) -> dict:
     props = torch.cuda.get_device_properties(0)
     return {"device": props.name, "capability": list(torch.cuda.get_device_capability()),
             "sm_count": props.multi_processor_count, "torch": torch.__version__,
-            "triton": triton.__version__, "copy_bytes_per_s": copies,
-            "timing": "triton.testing.do_bench, L2 flushed per rep, median"}
+            "triton": triton.__version__, "copy_bytes_per_s": copies["flushed"],
+            "copy_bytes_per_s_noflush": copies["noflush"],
+            "timing": "triton.testing.do_bench, L2 flushed per rep, median",
+            "timing_noflush": "CUDA events around back-to-back calls, no flush, median",
+            "timing_graph": "triton.testing.do_bench_cudagraph (CUDA graph replay), median"}
 
 
 def markdown(env: dict, rows: list[Row]) -> str:
@@ -276,26 +333,71 @@ def markdown(env: dict, rows: list[Row]) -> str:
              f"torch {env['torch']}, triton {env['triton']}; {env['timing']}.", ""]
     a = [r for r in rows if r.part == "a"]
     if a:
-        copy = ", ".join(f"{k} {v / 1e9:.0f} GB/s" for k, v in env["copy_bytes_per_s"].items())
-        lines += [f"## (a) Bandwidth at {BIG_SHAPE[0]}x{BIG_SHAPE[1]} (D2D copy: {copy})", "",
-                  "| kernel | dir | dtype | min bytes | triton us | GB/s | of copy | eager us |"
-                  " vs eager |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
-        lines += [f"| {r.kernel} | {r.direction} | {r.dtype} | {r.min_bytes / 2**20:.0f} MiB | "
-                  f"{r.triton_s * 1e6:.1f} | {r.triton_bytes_per_s / 1e9:.0f} | "
-                  f"{r.copy_frac:.2f} | {r.eager_s * 1e6:.1f} | {r.eager_s / r.triton_s:.2f}x |"
-                  for r in a]
-        lines.append("")
+        lines += _markdown_a(env, a)
     b = [r for r in rows if r.part == "b"]
     if b:
-        lines += ["## (b) Forward sweep: Triton vs eager vs torch.compile", "",
-                  "| kernel | dtype | rows x cols | triton us | eager us | compile us | "
-                  "vs eager | vs compile | triton GB/s |",
-                  "|---|---|---|---:|---:|---:|---:|---:|---:|"]
-        lines += [f"| {r.kernel} | {r.dtype} | {r.rows}x{r.cols} | {r.triton_s * 1e6:.1f} | "
-                  f"{r.eager_s * 1e6:.1f} | {r.compile_s * 1e6:.1f} | "
-                  f"{r.eager_s / r.triton_s:.2f}x | {r.compile_s / r.triton_s:.2f}x | "
-                  f"{r.triton_bytes_per_s / 1e9:.0f} |" for r in b]
+        lines += _markdown_b(b)
     return "\n".join(lines) + "\n"
+
+
+def _markdown_a(env: dict, a: list[Row]) -> list[str]:
+    copy = ", ".join(f"{k} {v / 1e9:.0f} GB/s" for k, v in env["copy_bytes_per_s"].items())
+    copy_nf = ", ".join(f"{k} {v / 1e9:.0f} GB/s"
+                        for k, v in env.get("copy_bytes_per_s_noflush", {}).items())
+    lines = [f"## (a) Bandwidth at {BIG_SHAPE[0]}x{BIG_SHAPE[1]} (D2D copy: {copy}; "
+             f"without the flush: {copy_nf or 'not measured'})", "",
+             "`of copy`: do_bench with its L2 flush, against the copy timed the same way. "
+             "`no flush`: back-to-back calls, against the copy timed that way; the flush leaves "
+             "dirty lines in L2 that a kernel with normal loads writes back on its own time.", "",
+             "| kernel | dir | dtype | min bytes | triton us | GB/s | of copy | no flush us | "
+             "of copy (no flush) | eager us | vs eager |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r.kernel} | {r.direction} | {r.dtype} | {r.min_bytes / 2**20:.0f} MiB | "
+              f"{r.triton_s * 1e6:.1f} | {r.triton_bytes_per_s / 1e9:.0f} | "
+              f"{r.copy_frac:.2f} | {r.triton_noflush_s * 1e6:.1f} | "
+              f"{r.copy_frac_noflush:.2f} | {r.eager_s * 1e6:.1f} | "
+              f"{r.eager_s / r.triton_s:.2f}x |" for r in a]
+    return lines + [""]
+
+
+def _markdown_b(b: list[Row]) -> list[str]:
+    lines = ["## (b) Forward sweep: Triton vs eager vs torch.compile", "",
+             "`GPU us`: the same call replayed from a CUDA graph (no host launch overhead). "
+             "`why`, where Triton is slower than eager: `tie` within 5 %, else `host` when its "
+             "GPU time is lower (the Python launch costs more than the kernel), `kernel` when "
+             "it is not.", "",
+             "| kernel | dtype | rows x cols | triton us | eager us | compile us | vs eager | "
+             "vs compile | triton GB/s | triton GPU us | eager GPU us | why |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines += [f"| {r.kernel} | {r.dtype} | {r.rows}x{r.cols} | {r.triton_s * 1e6:.1f} | "
+              f"{r.eager_s * 1e6:.1f} | {r.compile_s * 1e6:.1f} | "
+              f"{r.eager_s / r.triton_s:.2f}x | {r.compile_s / r.triton_s:.2f}x | "
+              f"{r.triton_bytes_per_s / 1e9:.0f} | {r.triton_graph_s * 1e6:.1f} | "
+              f"{r.eager_graph_s * 1e6:.1f} | {loss_reason(r)} |" for r in b]
+    return lines
+
+
+TIE = 0.95  # Triton at >= 95 % of eager's speed: a tie, not a loss
+
+
+def loss_reason(r: Row) -> str:
+    """Why Triton loses to eager in a sweep cell: 'tie' (within 5 %), 'host' (its GPU time is
+    lower), 'kernel' (it is not), or '' (it does not lose, or CUDA-graph times are missing)."""
+    if r.triton_s <= r.eager_s:
+        return ""
+    if r.eager_s / r.triton_s >= TIE:
+        return "tie"
+    if math.isnan(r.triton_graph_s) or math.isnan(r.eager_graph_s):
+        return ""
+    return "host" if r.triton_graph_s < r.eager_graph_s else "kernel"
+
+
+def load_json(path: Path) -> tuple[dict, list[Row]]:
+    """(environment, rows) of a bench_kernels.json; JSON nulls become NaN again."""
+    payload = json.loads(path.read_text())
+    rows = [Row(**{k: (math.nan if v is None else v) for k, v in r.items()})
+            for r in payload["rows"]]
+    return payload["environment"], rows
 
 
 def _json_row(row: Row) -> dict:
@@ -308,21 +410,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="directory for the results")
     parser.add_argument("--quick", action="store_true", help="fewer reps and sweep points")
     parser.add_argument("--part", choices=("a", "b", "all"), default="all")
+    parser.add_argument("--kernels", nargs="+", choices=KERNELS, metavar="KERNEL",
+                        help=f"only these kernels (default: all of {', '.join(KERNELS)})")
+    parser.add_argument("--render", type=Path, metavar="JSON",
+                        help="re-render bench_kernels.md from a saved bench_kernels.json (no GPU)")
     args = parser.parse_args(argv)
+    if args.render:
+        env, rows = load_json(args.render)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "bench_kernels.md").write_text(markdown(env, rows))
+        return 0
     if not torch.cuda.is_available():
         print("bench_kernels: needs a CUDA GPU (torch.cuda.is_available() is False)",
               file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    rows, copies = part_a(args.quick) if args.part in ("a", "all") else ([], {})
+    kernels = tuple(args.kernels or KERNELS)
+    rows, copies = part_a(args.quick, kernels) if args.part in ("a", "all") else ([], {})
     if not copies:
-        copies = {str(d).replace("torch.", ""): copy_bandwidth(BIG_SHAPE, d, args.quick)
-                  for d in DTYPES}
+        copies = {"flushed": {str(d).replace("torch.", ""): copy_bandwidth(BIG_SHAPE, d,
+                                                                          args.quick)
+                              for d in DTYPES}, "noflush": {}}
     env = environment(copies)
     _write(args.out, env, rows, started)  # part (a) survives a sweep that is cut short
     if args.part in ("b", "all"):
-        rows += part_b(args.quick)
+        rows += part_b(args.quick, kernels)
         _write(args.out, env, rows, started)
     print(markdown(env, rows))
     return 0

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU pass behind docs/benchmarks.md: GPU tests, calibration, every benchmark.
 # Run on the GPU machine from the repo root: benchmarks/gpu_pass.sh OUTDIR STEP...
-# Steps: gpu_tests calibrate profile ncu recommend kernels cuda_kernels tune explore_ce try_kernel
+# Steps: gpu_tests calibrate profile ncu recommend kernels cuda_kernels tune explore_ce ce_short
+#        try_kernel
 set -uo pipefail
 out=${1:-gpu-pass}
 mkdir -p "$out"
@@ -31,6 +32,7 @@ for step in "${@:2}"; do
         cuda_kernels) run bench_cuda_kernels python3 benchmarks/bench_cuda_kernels.py --out "$out/cuda_kernels" ;;
         tune) run tune_rowwise python3 benchmarks/tune_rowwise.py --out "$out/tune" ;;
         explore_ce) run explore_ce python3 benchmarks/explore_ce_forward.py --out "$out/explore_ce" ;;
+        ce_short) run ce_short_batch python3 benchmarks/ce_short_batch.py --out "$out/ce_short" ;;
         try_kernel) run bench_try_kernel python3 benchmarks/bench_try_kernel.py --out "$out/try_kernel" ;;
         *) echo "unknown step $step" ;;
     esac

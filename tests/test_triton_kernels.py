@@ -522,12 +522,12 @@ def test_cross_entropy_launch_settings_hand_worked():
     from reference_kernels.triton.cross_entropy import FwdConfig, fwd_config
 
     # 16 KiB blocks: 8192 bf16 or 4096 fp32 logits, 16384 B / (32 threads * 128 B) = 4 warps;
-    # each thread's 16-byte vector shares one max: 16 / 2 = 8 bf16, 16 / 4 = 4 fp32 logits.
-    assert fwd_config(8192, torch.bfloat16) == FwdConfig(8192, 4, 8)
-    assert fwd_config(8192, torch.float32) == FwdConfig(4096, 4, 4)
+    # 16-byte loads: 16 / 2 = 8 bf16, 16 / 4 = 4 fp32 logits each; evict-first for 16-bit only.
+    assert fwd_config(8192, torch.bfloat16) == FwdConfig(8192, 4, 8, evict_first=True)
+    assert fwd_config(8192, torch.float32) == FwdConfig(4096, 4, 4, evict_first=False)
     # longer rows loop over the blocks; a 3-column row is one 4-column block, 1 warp
-    assert fwd_config(50257, torch.float32) == FwdConfig(4096, 4, 4)
-    assert fwd_config(3, torch.bfloat16) == FwdConfig(4, 1, 4)
+    assert fwd_config(50257, torch.float32) == FwdConfig(4096, 4, 4, evict_first=False)
+    assert fwd_config(3, torch.bfloat16) == FwdConfig(4, 1, 4, evict_first=True)
 
 
 def test_softmax_launch_settings_hand_worked():
@@ -541,9 +541,9 @@ def test_softmax_launch_settings_hand_worked():
 
 
 @pytest.mark.parametrize("n_cols", [1, 7, 127, 781, 8192, 8193])
-@pytest.mark.parametrize("config", [(4096, 4, 8), (8192, 8, 4), (1024, 2, 16)])
+@pytest.mark.parametrize("config", [(4096, 4, 8, True), (8192, 8, 4, False), (1024, 2, 16, True)])
 def test_cross_entropy_forward_launch_settings_agree(config, n_cols):
-    # Any block, warp count and max-sharing group gives the same loss up to rounding. A GPU
+    # Any block, warp count, load width and cache hint gives the same loss up to rounding. A GPU
     # takes the one-program-per-row path (which reads the config) from SMs * 8 rows.
     from reference_kernels.triton.cross_entropy import FwdConfig, cross_entropy_fwd
 
@@ -551,7 +551,7 @@ def test_cross_entropy_forward_launch_settings_agree(config, n_cols):
     logits = randn(n_rows, n_cols, dtype=torch.float32) * 4
     target = torch.randint(0, n_cols, (n_rows,), device=logits.device)
     ref = torch.nn.functional.cross_entropy(logits.double(), target, reduction="none")
-    block, warps, group = config
+    block, warps, group, evict_first = config
     losses, _ = cross_entropy_fwd(logits, target, -100,
-                                  FwdConfig(block, warps, min(group, block)))
+                                  FwdConfig(block, warps, min(group, block), evict_first))
     torch.testing.assert_close(losses.double(), ref, rtol=1e-5, atol=1e-5)

@@ -25,37 +25,44 @@ FWD_PROGRAMS_PER_SM = 8
 FWD_MIN_CHUNK_BYTES = 16384
 FWD_BYTES_PER_THREAD = 128  # 8 x 16-byte loads in flight per thread and block
 FWD_BLOCK_BYTES = 16384  # logits per block of the one-program-per-row forward
-COMBINE_TILE = 1024  # partials per combine program (rows x chunks)
 REDUCTIONS = ("mean", "sum", "none")
 
 
 @triton.jit
 def _load_block(x_row, block_start, n_cols, ACC: tl.constexpr, BLOCK_N: tl.constexpr,
-                GROUP: tl.constexpr):
+                GROUP: tl.constexpr, EVICT: tl.constexpr):
     # A [BLOCK_N/GROUP, GROUP] tile: each thread holds GROUP contiguous logits (16 bytes).
     idx = block_start + tl.arange(0, BLOCK_N // GROUP)[:, None] * GROUP + \
         tl.arange(0, GROUP)[None, :]
-    return tl.load(x_row + idx, mask=idx < n_cols, other=-float("inf")).to(ACC)
+    return tl.load(x_row + idx, mask=idx < n_cols, other=-float("inf"),
+                   eviction_policy=EVICT).to(ACC)
 
 
 @triton.jit
-def _block_max_sumexp(x):
-    # (max, sum exp(x - max)) of a loaded tile. Each thread shifts its GROUP logits by their
-    # own max: exps start as soon as a thread's loads land, with no block-wide max (two
-    # barriers) between loads and exps, and the tile needs half the registers; the group
-    # sums are rescaled to the block max once per GROUP logits. Exps are
-    # exp2(x*log2(e) - max*log2(e)): one FMA + one ex2 per logit.
+def _block_max_sumexp(x, THREADS: tl.constexpr):
+    # (max, sum exp(x - max)) of a loaded [BLOCK_N/GROUP, GROUP] tile. Tile row r*THREADS + t
+    # is thread t's r-th 16-byte vector (Triton's blocked layout for the load), so the
+    # reshape to [R, THREADS, GROUP] moves no data and each thread shifts its own logits by
+    # their max: one exp per logit plus one per thread, no block-wide max (two barriers)
+    # between loads and exps, and every exp waits on all of the thread's loads, so ptxas
+    # issues them all before the first exp instead of interleaving loads with the exps.
+    # Exps are exp2(x*log2(e) - max*log2(e)): one FMA + one ex2 per logit.
     # NB: rounding max*log2(e) shifts the result by ~1 ulp of max, as the subtraction would.
-    m_g = tl.max(x, axis=1)  # within a thread
-    shift_g = tl.where(m_g == -float("inf"), 0.0, m_g)
-    s_g = tl.sum(tl.exp2(x * 1.4426950408889634 - shift_g[:, None] * 1.4426950408889634),
-                 axis=1)
-    m = tl.max(m_g, axis=0)
+    # NB: any tile-row-to-thread assignment gives the same sums; only speed relies on it.
+    ROWS: tl.constexpr = x.shape[0]
+    T: tl.constexpr = THREADS if ROWS >= THREADS else ROWS
+    x3 = tl.reshape(x, [ROWS // T, T, x.shape[1]])
+    m_t = tl.max(tl.max(x3, axis=2), axis=0)  # within a thread
+    shift_t = tl.where(m_t == -float("inf"), 0.0, m_t)
+    s_t = tl.sum(tl.sum(tl.exp2(x3 * 1.4426950408889634
+                                - (shift_t * 1.4426950408889634)[None, :, None]), axis=2),
+                 axis=0)
+    m = tl.max(m_t, axis=0)
     shift = tl.where(m == -float("inf"), 0.0, m)
-    # empty groups (all -inf) add 0, never 0 * exp2(+big) = NaN
-    s_g = tl.where(m_g == -float("inf"), 0.0,
-                   s_g * tl.exp2(m_g * 1.4426950408889634 - shift * 1.4426950408889634))
-    return m, tl.sum(s_g, axis=0)
+    # threads with only -inf add 0, never 0 * exp2(+big) = NaN
+    s_t = tl.where(m_t == -float("inf"), 0.0,
+                   s_t * tl.exp2(m_t * 1.4426950408889634 - shift * 1.4426950408889634))
+    return m, tl.sum(s_t, axis=0)
 
 
 @triton.jit
@@ -67,13 +74,15 @@ def _merge_max_sumexp(m1, s1, m2, s2):
 
 @triton.jit
 def _row_max_sumexp(x_row, x_first, start, stop, n_cols, ACC: tl.constexpr,
-                    BLOCK_N: tl.constexpr, GROUP: tl.constexpr):
+                    BLOCK_N: tl.constexpr, GROUP: tl.constexpr, THREADS: tl.constexpr,
+                    EVICT: tl.constexpr, STAGES: tl.constexpr):
     # (max, sum exp(x - max)) of x_row[start:stop], whose first block the caller loaded
     # (x_first); stop - start is a multiple of BLOCK_N or ends at n_cols.
-    m, s = _block_max_sumexp(x_first)
-    for block_start in range(start + BLOCK_N, stop, BLOCK_N):
+    m, s = _block_max_sumexp(x_first, THREADS)
+    # STAGES > 1: cp.async copies the next STAGES - 1 blocks into shared memory meanwhile
+    for block_start in tl.range(start + BLOCK_N, stop, BLOCK_N, num_stages=STAGES):
         m_b, s_b = _block_max_sumexp(_load_block(x_row, block_start, n_cols, ACC, BLOCK_N,
-                                                 GROUP))
+                                                 GROUP, EVICT), THREADS)
         m, s = _merge_max_sumexp(m, s, m_b, s_b)
     return m, s
 
@@ -99,53 +108,58 @@ def _ce_store(loss_ptr, lse_ptr, rows, live, lse, x_target, ignored, valid):
 
 @triton.jit
 def _ce_fwd_row(logits_ptr, target_ptr, loss_ptr, lse_ptr, n_cols, row_stride, ignore_index,
-                ACC: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr):
+                ACC: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr,
+                THREADS: tl.constexpr, EVICT: tl.constexpr, STAGES: tl.constexpr,
+                ONE_BLOCK: tl.constexpr):
     # One program per row (the whole row is one chunk): reads n_cols*elt bytes of logits.
-    # The target logit is loaded after the first block's loads are issued, so its two
-    # dependent loads (target, then x[target]) overlap the stream instead of trailing it.
+    # The target logit's two dependent loads (target, then x[target]) come first in program
+    # order: ptxas otherwise issues them after the exps, where they trail the row. ONE_BLOCK
+    # rows skip the block loop, whose mere presence costs 8 registers (a program per SM).
     row = tl.program_id(0).to(tl.int64)
     x_row = logits_ptr + row * row_stride
-    x_first = _load_block(x_row, 0, n_cols, ACC, BLOCK_N, GROUP)
     x_target, ignored, valid = _target_logit(logits_ptr, target_ptr, row, row >= 0, n_cols,
                                              row_stride, ignore_index)
-    m, s = _row_max_sumexp(x_row, x_first, 0, n_cols, n_cols, ACC, BLOCK_N, GROUP)
+    x_first = _load_block(x_row, 0, n_cols, ACC, BLOCK_N, GROUP, EVICT)
+    if ONE_BLOCK:
+        m, s = _block_max_sumexp(x_first, THREADS)
+    else:
+        m, s = _row_max_sumexp(x_row, x_first, 0, n_cols, n_cols, ACC, BLOCK_N, GROUP,
+                               THREADS, EVICT, STAGES)
     _ce_store(loss_ptr, lse_ptr, row, row >= 0, m + tl.log(s), x_target, ignored, valid)
 
 
 @triton.jit
-def _ce_fwd_partial(logits_ptr, part_max_ptr, part_sum_ptr, n_cols, row_stride, n_chunks,
-                    ACC: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr,
-                    CHUNK_N: tl.constexpr):
-    # Program (row, chunk) reads CHUNK_N*elt bytes of logits and writes 2 partial floats.
+def _ce_fwd_chunk(logits_ptr, target_ptr, part_ptr, arrived_ptr, loss_ptr, lse_ptr, n_cols,
+                  row_stride, n_chunks, ignore_index, ACC: tl.constexpr, BLOCK_N: tl.constexpr,
+                  GROUP: tl.constexpr, THREADS: tl.constexpr, EVICT: tl.constexpr,
+                  STAGES: tl.constexpr, CHUNK_N: tl.constexpr, CHUNKS: tl.constexpr):
+    # Program (row, chunk) reads CHUNK_N*elt bytes of logits and writes its (max, sum-exp)
+    # pair (8 bytes); the row's last program to arrive merges the n_chunks pairs and writes
+    # the loss, so short batches need one launch, not a partial and a merge kernel.
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     start = chunk * CHUNK_N
     stop = tl.minimum(start + CHUNK_N, n_cols)
     x_row = logits_ptr + row * row_stride
-    m, s = _row_max_sumexp(x_row, _load_block(x_row, start, n_cols, ACC, BLOCK_N, GROUP),
-                           start, stop, n_cols, ACC, BLOCK_N, GROUP)
-    tl.store(part_max_ptr + row * n_chunks + chunk, m)
-    tl.store(part_sum_ptr + row * n_chunks + chunk, s)
-
-
-@triton.jit
-def _ce_fwd_combine(logits_ptr, target_ptr, part_max_ptr, part_sum_ptr, loss_ptr, lse_ptr,
-                    n_rows, n_cols, row_stride, n_chunks, ignore_index,
-                    ROWS: tl.constexpr, CHUNKS: tl.constexpr):
-    # Log-sum-exp merge of the chunk partials of ROWS rows: reads 2*n_chunks floats per row.
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
-    chunks = tl.arange(0, CHUNKS)
-    in_rows = rows < n_rows
-    offs = rows[:, None] * n_chunks + chunks[None, :]
-    mask = in_rows[:, None] & (chunks[None, :] < n_chunks)
-    m = tl.load(part_max_ptr + offs, mask=mask, other=-float("inf"))
-    s = tl.load(part_sum_ptr + offs, mask=mask, other=0.0)
-    row_max = tl.max(m, axis=1)
-    shift = tl.where(row_max == -float("inf"), 0.0, row_max)
-    lse = row_max + tl.log(tl.sum(s * tl.exp(m - shift[:, None]), axis=1))
-    x_target, ignored, valid = _target_logit(logits_ptr, target_ptr, rows, in_rows, n_cols,
-                                             row_stride, ignore_index)
-    _ce_store(loss_ptr, lse_ptr, rows, in_rows, lse, x_target, ignored, valid)
+    m, s = _row_max_sumexp(x_row, _load_block(x_row, start, n_cols, ACC, BLOCK_N, GROUP, EVICT),
+                           start, stop, n_cols, ACC, BLOCK_N, GROUP, THREADS, EVICT, STAGES)
+    pair = part_ptr + (row * n_chunks + chunk) * 2
+    tl.store(pair, m)
+    tl.store(pair + 1, s)
+    tl.debug_barrier()  # the pair is written before the arrival below publishes it
+    if tl.atomic_add(arrived_ptr + row, 1, sem="acq_rel", scope="gpu") == n_chunks - 1:
+        chunks = tl.arange(0, CHUNKS)
+        pairs = part_ptr + (row * n_chunks + chunks) * 2
+        mine = chunks < n_chunks
+        # .cg: read from L2, where the other programs' pairs are, never a stale L1 line
+        m_c = tl.load(pairs, mask=mine, other=-float("inf"), cache_modifier=".cg")
+        s_c = tl.load(pairs + 1, mask=mine, other=0.0, cache_modifier=".cg")
+        row_max = tl.max(m_c, axis=0)
+        shift = tl.where(row_max == -float("inf"), 0.0, row_max)
+        lse = row_max + tl.log(tl.sum(s_c * tl.exp(m_c - shift), axis=0))
+        x_target, ignored, valid = _target_logit(logits_ptr, target_ptr, row, row >= 0,
+                                                 n_cols, row_stride, ignore_index)
+        _ce_store(loss_ptr, lse_ptr, row, row >= 0, lse, x_target, ignored, valid)
 
 
 @triton.jit
@@ -186,31 +200,39 @@ def _fwd_chunks(n_rows: int, n_cols: int, elt_bytes: int, device: torch.device) 
 @dataclass(frozen=True)
 class FwdConfig:
     """Launch of the one-program-per-row forward (when the rows alone fill the GPU): columns
-    per block, warps, and contiguous logits per thread that share one max (GROUP).
+    per block, warps, contiguous logits per thread and load (GROUP: one 16-byte vector), and
+    whether the logits are loaded evict-first.
 
-    NB: measured on an H200 at 16384x8192 in bf16 (benchmarks/tune_rowwise.py), share of copy:
-    a block-wide max before the exps, as this kernel had, 0.77-0.85; per-thread group maxes
-    0.77-0.87, and 0.86 once the target logit's two dependent loads were issued with the first
-    block instead of after the row; the same kernel without the target logit 0.875, and a
-    kernel that only sums the rows 0.89-0.91: bf16 reads in this one-row-per-program form
-    stall on ptxas interleaving loads with the arithmetic that uses them. Lost: 2 or 4 rows
-    per program (0.44-0.74), cp.async pipelining over 1024-4096-column blocks (0.66-0.84),
-    persistent programs looping over rows with or without cp.async (0.27-0.83), a per-thread
-    max over all of a thread's 64 logits (0.54-0.77), .cg loads (0.84), evict_first (0.85),
-    2 or 4 chunks per row plus a merge (0.81-0.84), the row max in bf16 (0.85)
-    (benchmarks/explore_ce_forward.py re-measures most of them). fp32 reaches 0.99-1.01.
+    NB: measured on an H200 at 16384x8192 in bf16 (benchmarks/explore_ce_forward.py, do_bench
+    with its L2 flush / back-to-back without it), share of copy: one max per 16-byte vector
+    with its sum rescaled by one more exp (the previous kernel) 0.83-0.88 / 0.89-0.90; one max
+    per thread over all its vectors, inside the block loop 0.83-0.85 / 0.89; without the loop
+    for one-block rows (80 -> 72 registers, 7 programs per SM) 0.89-0.90 / 0.97-0.99; target logit
+    first 0.89-0.91 / 0.99-1.01; evict-first loads 0.91-0.94 / 1.00-1.04. A kernel that only
+    sums the rows: 0.90-0.92 / 1.01-1.05. Evict-first matters only with dirty lines in L2
+    (do_bench's flush buffer; in training, the LM head's output): normal loads evict them,
+    paying their write-back inside this kernel. Lost: 2 or 4 rows per program (0.44-0.74),
+    persistent programs looping over rows with or without cp.async (0.72-0.83), x[target] in
+    every thread's max (no better: 0.85-0.93), a second launch for the target logit
+    (0.84-0.89), a register cap of 64 or 56 (0.61, 0.41), .cg loads (0.84-0.90); 8 warps
+    0.87-0.96 (noisy). fp32 reaches 0.99-1.01.
     """
 
     block_n: int
     num_warps: int
     group: int
+    evict_first: bool = True
+    stages: int = 1
 
 
 def fwd_config(n_cols: int, dtype: torch.dtype) -> FwdConfig:
     # Blocks of FWD_BLOCK_BYTES (8192 bf16, 4096 fp32 logits): measured on an H200, fp32
     # 4096 x 4 warps 0.99 of copy against 0.95-0.98 for 8192 x 8.
+    # NB: evict-first for 16-bit logits only: fp32 lost with it (0.96-0.97 of copy against
+    # 1.01 at 16384x8192, tune_rowwise.py), bf16 gained (0.91-0.94 against 0.89-0.91).
     block = min(triton.next_power_of_2(n_cols), FWD_BLOCK_BYTES // dtype.itemsize)
-    return FwdConfig(block, _fwd_warps(block, dtype.itemsize), _group(block, dtype.itemsize))
+    return FwdConfig(block, _fwd_warps(block, dtype.itemsize), _group(block, dtype.itemsize),
+                     evict_first=dtype.itemsize < 4)
 
 
 def _group(block_cols: int, elt_bytes: int) -> int:
@@ -247,24 +269,28 @@ def _launch_fwd(logits2d, target, losses, lse, ignore_index: int,
         config = config or fwd_config(n_cols, logits2d.dtype)
         _ce_fwd_row[(n_rows,)](logits2d, target, losses, lse, n_cols, logits2d.stride(0),
                                ignore_index, ACC=acc, BLOCK_N=config.block_n,
-                               GROUP=config.group, num_warps=config.num_warps)
+                               GROUP=config.group, THREADS=32 * config.num_warps,
+                               EVICT=_evict(config), STAGES=config.stages,
+                               ONE_BLOCK=n_cols <= config.block_n,
+                               num_warps=config.num_warps)
         return
     block = _block_cols(triton.cdiv(n_cols, n_chunks))
     chunk_cols = triton.cdiv(triton.cdiv(n_cols, n_chunks), block) * block
     n_chunks = triton.cdiv(n_cols, chunk_cols)
-    # Partial (max, sum-exp) per chunk: 2*n_chunks floats per row (at most 2*4*1056 = 8448 B
-    # per row on an H200, against >= 16 KiB of logits per chunk), merged by a tiny kernel.
-    part_max = torch.empty((n_rows, n_chunks), dtype=lse.dtype, device=lse.device)
-    part_sum = torch.empty_like(part_max)
-    _ce_fwd_partial[(n_rows, n_chunks)](logits2d, part_max, part_sum, n_cols,
-                                        logits2d.stride(0), n_chunks, ACC=acc, BLOCK_N=block,
-                                        GROUP=_group(block, elt_bytes), CHUNK_N=chunk_cols,
-                                        num_warps=_fwd_warps(block, elt_bytes))
-    chunks_p2 = triton.next_power_of_2(n_chunks)
-    rows_per_prog = max(1, min(COMBINE_TILE // chunks_p2, triton.next_power_of_2(n_rows)))
-    _ce_fwd_combine[(triton.cdiv(n_rows, rows_per_prog),)](
-        logits2d, target, part_max, part_sum, losses, lse, n_rows, n_cols, logits2d.stride(0),
-        n_chunks, ignore_index, ROWS=rows_per_prog, CHUNKS=chunks_p2, num_warps=4)
+    # One (max, sum-exp) pair per chunk: 8*n_chunks bytes per row (at most 8*1056 = 8448 B
+    # on an H200, against >= 16 KiB of logits per chunk) and an arrival count per row.
+    pairs = torch.empty((n_rows, n_chunks, 2), dtype=lse.dtype, device=lse.device)
+    arrived = torch.zeros(n_rows, dtype=torch.int32, device=lse.device)
+    warps = _fwd_warps(block, elt_bytes)
+    _ce_fwd_chunk[(n_rows, n_chunks)](
+        logits2d, target, pairs, arrived, losses, lse, n_cols, logits2d.stride(0), n_chunks,
+        ignore_index, ACC=acc, BLOCK_N=block, GROUP=_group(block, elt_bytes),
+        THREADS=32 * warps, EVICT="evict_first", STAGES=1, CHUNK_N=chunk_cols,
+        CHUNKS=triton.next_power_of_2(n_chunks), num_warps=warps)
+
+
+def _evict(config: FwdConfig) -> str:
+    return "evict_first" if config.evict_first else ""
 
 
 def cross_entropy_bwd(logits2d, target, lse, row_scale: torch.Tensor,

@@ -173,7 +173,8 @@ def fwd_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> FwdConfig:
 # take bf16 layer_norm to 0.88-0.91 of copy, from 0.68 without pipelining and 0.87-0.89 with
 # the former register prefetch of the next row block (rms_norm 0.91 -> 0.91-0.93; fp32 rows
 # equal or better); 2 stages lose (bf16 layer_norm 0.64), 4 do not gain (0.86-0.90). Both
-# layer_norm row sums in one tl.reduce stayed within noise (0.88-0.92 against 0.88-0.91).
+# layer_norm row sums in one tl.reduce stayed within noise (0.88-0.92 against 0.88-0.91);
+# 2 rows per block (half the reduction barriers per row) lost: 0.41-0.54 with 8-32 warps.
 BWD_STAGES = 3
 
 
