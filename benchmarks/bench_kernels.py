@@ -214,18 +214,14 @@ def make_case(name: str, x: torch.Tensor) -> Case:
     return _rowwise_case(name, x)
 
 
-def copy_bandwidth(shape, dtype, quick: bool) -> float:
-    """Device-to-device copy of one tensor of this shape: reads and writes its bytes."""
+def copy_bandwidth(shape, dtype, quick: bool, flush: bool = True) -> float:
+    """Device-to-device copy of one tensor of this shape: reads and writes its bytes; timed
+    as do_bench times the kernels, or as _bench_noflush does (flush=False)."""
     src = torch.randn(shape, device=DEVICE, dtype=dtype)
     dst = torch.empty_like(src)
-    return 2 * src.numel() * src.element_size() / _bench(lambda: dst.copy_(src), quick)
-
-
-def copy_bandwidth_noflush(shape, dtype) -> float:
-    """The copy timed as _bench_noflush times the kernels."""
-    src = torch.randn(shape, device=DEVICE, dtype=dtype)
-    dst = torch.empty_like(src)
-    return 2 * src.numel() * src.element_size() / _bench_noflush(lambda: dst.copy_(src))
+    seconds = _bench(lambda: dst.copy_(src), quick) if flush else _bench_noflush(
+        lambda: dst.copy_(src))
+    return 2 * src.numel() * src.element_size() / seconds
 
 
 def part_a(quick: bool, kernels=KERNELS) -> tuple[list[Row], dict]:
@@ -234,7 +230,7 @@ def part_a(quick: bool, kernels=KERNELS) -> tuple[list[Row], dict]:
     for dtype in DTYPES:
         name = str(dtype).replace("torch.", "")
         copy_bps = copies["flushed"][name] = copy_bandwidth(BIG_SHAPE, dtype, quick)
-        copy_nf = copies["noflush"][name] = copy_bandwidth_noflush(BIG_SHAPE, dtype)
+        copy_nf = copies["noflush"][name] = copy_bandwidth(BIG_SHAPE, dtype, quick, flush=False)
         x = torch.randn(BIG_SHAPE, device=DEVICE, dtype=dtype)
         for kernel in kernels:
             print(f"bench_kernels: (a) {kernel} {name}", file=sys.stderr, flush=True)
@@ -324,7 +320,7 @@ def environment(copies: dict) -> dict:
             "triton": triton.__version__, "copy_bytes_per_s": copies["flushed"],
             "copy_bytes_per_s_noflush": copies["noflush"],
             "timing": "triton.testing.do_bench, L2 flushed per rep, median",
-            "timing_noflush": "CUDA events around back-to-back calls, no flush, median",
+            "timing_noflush": "median of 5 runs of 50 back-to-back calls between CUDA events",
             "timing_graph": "triton.testing.do_bench_cudagraph (CUDA graph replay), median"}
 
 

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_kernels import (  # noqa: E402
-    BIG_SHAPE, _bench, _bench_noflush, copy_bandwidth, copy_bandwidth_noflush,
+    BIG_SHAPE, _bench, _bench_noflush, copy_bandwidth,
 )
 from reference_kernels.triton import cross_entropy as ce  # noqa: E402
 from reference_kernels.triton.cross_entropy import (  # noqa: E402
@@ -265,8 +265,8 @@ def _checked_variants(x, target, loss, lse, ref_loss, sms: int):
 
 
 def _long_row_rows(dtype) -> list[dict]:
-    copy, copy_clean = copy_bandwidth(LONG_SHAPE, dtype, False), copy_bandwidth_noflush(
-        LONG_SHAPE, dtype)
+    copy = copy_bandwidth(LONG_SHAPE, dtype, False)
+    copy_clean = copy_bandwidth(LONG_SHAPE, dtype, False, flush=False)
     x = torch.randn(LONG_SHAPE, device="cuda", dtype=dtype) * 3
     target = torch.randint(0, x.shape[1], (x.shape[0],), device="cuda")
     ref = torch.nn.functional.cross_entropy(x.float(), target, reduction="none")
@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     dtype = torch.bfloat16
     copy = copy_bandwidth(BIG_SHAPE, dtype, False)
-    copy_clean = copy_bandwidth_noflush(BIG_SHAPE, dtype)
+    copy_clean = copy_bandwidth(BIG_SHAPE, dtype, False, flush=False)
     x = torch.randn(BIG_SHAPE, device="cuda", dtype=dtype) * 3
     n_rows, n_cols = x.shape
     sms = torch.cuda.get_device_properties(0).multi_processor_count

@@ -228,11 +228,15 @@ class FwdConfig:
 def fwd_config(n_cols: int, dtype: torch.dtype) -> FwdConfig:
     # Blocks of FWD_BLOCK_BYTES (8192 bf16, 4096 fp32 logits): measured on an H200, fp32
     # 4096 x 4 warps 0.99 of copy against 0.95-0.98 for 8192 x 8.
-    # NB: evict-first for 16-bit logits only: fp32 lost with it (0.96-0.97 of copy against
-    # 1.01 at 16384x8192, tune_rowwise.py), bf16 gained (0.91-0.94 against 0.89-0.91).
     block = min(triton.next_power_of_2(n_cols), FWD_BLOCK_BYTES // dtype.itemsize)
     return FwdConfig(block, _fwd_warps(block, dtype.itemsize), _group(block, dtype.itemsize),
-                     evict_first=dtype.itemsize < 4)
+                     _evict_first(dtype.itemsize))
+
+
+def _evict_first(elt_bytes: int) -> bool:
+    # NB: 16-bit logits only: fp32 lost with it (0.96-0.97 of copy against 1.01 at
+    # 16384x8192, tune_rowwise.py), bf16 gained (0.91-0.94 against 0.89-0.91).
+    return elt_bytes < 4
 
 
 def _group(block_cols: int, elt_bytes: int) -> int:
@@ -270,7 +274,7 @@ def _launch_fwd(logits2d, target, losses, lse, ignore_index: int,
         _ce_fwd_row[(n_rows,)](logits2d, target, losses, lse, n_cols, logits2d.stride(0),
                                ignore_index, ACC=acc, BLOCK_N=config.block_n,
                                GROUP=config.group, THREADS=32 * config.num_warps,
-                               EVICT=_evict(config), STAGES=config.stages,
+                               EVICT=_policy(config.evict_first), STAGES=config.stages,
                                ONE_BLOCK=n_cols <= config.block_n,
                                num_warps=config.num_warps)
         return
@@ -285,12 +289,12 @@ def _launch_fwd(logits2d, target, losses, lse, ignore_index: int,
     _ce_fwd_chunk[(n_rows, n_chunks)](
         logits2d, target, pairs, arrived, losses, lse, n_cols, logits2d.stride(0), n_chunks,
         ignore_index, ACC=acc, BLOCK_N=block, GROUP=_group(block, elt_bytes),
-        THREADS=32 * warps, EVICT="evict_first", STAGES=1, CHUNK_N=chunk_cols,
+        THREADS=32 * warps, EVICT=_policy(_evict_first(elt_bytes)), STAGES=1, CHUNK_N=chunk_cols,
         CHUNKS=triton.next_power_of_2(n_chunks), num_warps=warps)
 
 
-def _evict(config: FwdConfig) -> str:
-    return "evict_first" if config.evict_first else ""
+def _policy(evict_first: bool) -> str:
+    return "evict_first" if evict_first else ""
 
 
 def cross_entropy_bwd(logits2d, target, lse, row_scale: torch.Tensor,
