@@ -98,6 +98,24 @@ def _bench_noflush(fn: Callable, calls: int = 50, repeats: int = 5) -> float:
     return sorted(runs)[repeats // 2]
 
 
+def kernel_times(fn: Callable, calls: int = 20) -> dict[str, float]:
+    """Device seconds per call of fn by kernel (and memset/memcpy) name: torch.profiler over
+    `calls` calls after one warm-up call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    times: dict[str, float] = {}
+    for event in prof.events():
+        if event.device_type.name == "CUDA":
+            times[event.name] = times.get(event.name, 0.0) + event.device_time * 1e-6 / calls
+    return times
+
+
 def _bench_graph(fn: Callable) -> float:
     """Seconds per call replayed from a CUDA graph: the GPU's time without the host's launch
     overhead; NaN when fn cannot be captured."""

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.bench_kernels import _bench_noflush  # noqa: E402
+from benchmarks.bench_kernels import _bench_noflush, kernel_times  # noqa: E402
 from reference_kernels.triton import cross_entropy as ce  # noqa: E402
 
 SHAPES = ((1, 8192, torch.float32), (1, 32768, torch.float32), (1, 4096, torch.bfloat16),
@@ -41,17 +41,8 @@ def host_s(fn, calls: int = 300) -> float:
 
 
 def gpu_s(fn, calls: int = 20) -> tuple[float, list[str]]:
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
-    return (sum(e.device_time for e in kernels) * 1e-6 / calls,
-            sorted({e.name[:48] for e in kernels}))
+    times = kernel_times(fn, calls)
+    return sum(times.values()), sorted({name[:48] for name in times})
 
 
 def measure(phase: str) -> list[dict]:

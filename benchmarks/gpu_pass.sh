@@ -2,7 +2,7 @@
 # The GPU pass behind docs/benchmarks.md: GPU tests, calibration, every benchmark.
 # Run on the GPU machine from the repo root: benchmarks/gpu_pass.sh OUTDIR STEP...
 # Steps: gpu_tests calibrate profile ncu recommend kernels cuda_kernels tune explore_ce ce_short
-#        try_kernel
+#        explore_norm try_kernel
 set -uo pipefail
 out=${1:-gpu-pass}
 mkdir -p "$out"
@@ -33,6 +33,7 @@ for step in "${@:2}"; do
         tune) run tune_rowwise python3 benchmarks/tune_rowwise.py --out "$out/tune" ;;
         explore_ce) run explore_ce python3 benchmarks/explore_ce_forward.py --out "$out/explore_ce" ;;
         ce_short) run ce_short_batch python3 benchmarks/ce_short_batch.py --out "$out/ce_short" ;;
+        explore_norm) run explore_norm python3 benchmarks/explore_norm_backward.py --out "$out/explore_norm" ;;
         try_kernel) run bench_try_kernel python3 benchmarks/bench_try_kernel.py --out "$out/try_kernel" ;;
         *) echo "unknown step $step" ;;
     esac

@@ -518,6 +518,67 @@ def test_norm_backward_pipelining_is_bitwise_neutral(shape, dtype, is_rms):
             assert torch.equal(pipelined, plain)
 
 
+@pytest.mark.parametrize("is_rms", [False, True])
+def test_norm_backward_round_robin_row_blocks(is_rms):
+    # 1001 rows of 257 columns: 512-column blocks of 8 rows, 126 blocks (the last holds row
+    # 1000 alone) dealt round-robin to the programs (4 in the interpreter, SMs on a GPU).
+    n = 257
+    w = randn(n, scale=0.5, shift=1.0, seed=2)
+    if is_rms:
+        check_against_fp64("triton.rms_norm", rms_norm, eager.rms_norm,
+                           [randn(1001, n, scale=2.0), (n,), w, 1e-6], (0, 2), torch.float32)
+    else:
+        check_against_fp64("triton.layer_norm", layer_norm, eager.layer_norm,
+                           [randn(1001, n, scale=2.0, shift=0.5), (n,), w,
+                            randn(n, scale=0.1, seed=3), 1e-5], (0, 2, 3), torch.float32)
+
+
+def test_sum_tile_hand_worked():
+    from reference_kernels.triton.norm import _sum_tile
+
+    assert _sum_tile(132) == (256, 64)  # an H200's 132 partial rows: 16384 // 256 = 64 columns
+    assert _sum_tile(300) == (256, 64)  # more than 256 rows: two tiles down the column
+    assert _sum_tile(7) == (8, 1024)  # 16384 // 8 = 2048, capped at 1024 columns
+    assert _sum_tile(1) == (1, 1024)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("programs", [1, 7, 132, 300])
+@pytest.mark.parametrize("n_cols", [1, 7, 127, 781])
+def test_sum_parts_against_fp64(n_cols, programs, dtype):
+    from reference_kernels.triton.norm import _sum_partials
+
+    parts = randn(2, programs, n_cols, dtype=dtype, scale=3.0, shift=1.0)
+    # n_elements past TRITON_SUM_MIN_ELEMENTS: the Triton sum on a GPU too
+    out = _sum_partials(parts, programs, n_elements=1 << 40)
+    assert out.shape == (2, n_cols) and out.dtype == dtype
+    ref = parts.double().sum(1)
+    # any order of n additions errs by at most n * u * sum|x| (u = 2^-24 fp32, 2^-53 fp64)
+    unit = 2.0 ** (-53 if dtype == torch.float64 else -24)
+    bound = programs * unit * parts.double().abs().sum(1)
+    assert ((out.double() - ref).abs() <= bound).all()
+    assert torch.equal(out, _sum_partials(parts, programs, n_elements=1 << 40))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_norm_backward_sum_paths_agree(monkeypatch):
+    # the two partial-row sums (torch's below TRITON_SUM_MIN_ELEMENTS, _sum_parts above)
+    # differ only in summation order
+    from reference_kernels.triton import norm
+
+    x, dy = randn(4096, 1024, dtype=torch.bfloat16), randn(4096, 1024, dtype=torch.bfloat16, seed=3)
+    w = randn(1024, dtype=torch.bfloat16, seed=2)
+    _, _, mean, rstd = norm.norm_fwd(x, None, w, w, 1e-5, False)
+    runs = []
+    for threshold in (0, 1 << 40):
+        monkeypatch.setattr(norm, "TRITON_SUM_MIN_ELEMENTS", threshold)
+        runs.append(norm.norm_bwd(x, w, mean, rstd, dy, None, True, True, False))
+    assert torch.equal(runs[0][0], runs[1][0])  # dx does not depend on the sum
+    for a, b in zip(runs[0][1:], runs[1][1:]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-3)
+
+
 def test_cross_entropy_launch_settings_hand_worked():
     from reference_kernels.triton.cross_entropy import FwdConfig, fwd_config
 

@@ -69,7 +69,7 @@ def _load_rows(ptr, rows, row_ok, row_stride, cols, col_ok):
 
 @triton.jit
 def _norm_bwd(x_ptr, w_ptr, mean_ptr, rstd_ptr, dy_ptr, dres_ptr, dx_ptr, dw_ptr, db_ptr,
-              n_rows, n_cols, rows_per_prog, x_row_stride, dy_row_stride, dres_row_stride,
+              n_rows, n_cols, x_row_stride, dy_row_stride, dres_row_stride,
               IS_RMS: tl.constexpr, HAS_WEIGHT: tl.constexpr, NEED_DW: tl.constexpr,
               NEED_DB: tl.constexpr, HAS_DRES: tl.constexpr, STAGES: tl.constexpr,
               ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -77,45 +77,51 @@ def _norm_bwd(x_ptr, w_ptr, mean_ptr, rstd_ptr, dy_ptr, dres_ptr, dx_ptr, dw_ptr
     # dx = rstd*(g - xhat*mean(g*xhat) - mean(g)) [RMS: no mean(g) term] (+ dres).
     # Per row reads 2*n_cols*elt (x, dy) [+ n_cols*elt dres], writes n_cols*elt (dx).
     # dw = sum(dy*xhat), db = sum(dy) over this program's rows: one fp32 partial row each
-    # (programs*n_cols*4 bytes written, re-read once by _sum_partials).
+    # (programs*n_cols*4 bytes written, re-read once by _sum_parts).
+    # Row blocks are dealt round-robin (program p takes blocks p, p + programs, ...), so at
+    # any time the programs stream neighbouring rows. NB: one run of rows per program, 132
+    # regions streamed at once, took 3 % longer in bf16 and 4-5 % in fp32 on an H200
+    # (benchmarks/explore_norm_backward.py).
     # STAGES > 1: Triton's pipeliner copies the next STAGES - 1 row blocks into shared memory
     # with cp.async while this one is reduced: with ~1 program per SM, loads stay in flight
     # through the reductions at no register cost (2 * (STAGES - 1) tiles of shared memory).
     pid = tl.program_id(0)
+    n_progs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
     if HAS_WEIGHT:
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0).to(ACC)[None, :]
     dw_acc = tl.zeros([BLOCK_N], ACC)
     db_acc = tl.zeros([BLOCK_N], ACC)
-    row_start = pid * rows_per_prog
-    row_end = tl.minimum(row_start + rows_per_prog, n_rows)
-    for block_start in tl.range(row_start, row_end, BLOCK_M, num_stages=STAGES):
-        rows = block_start + tl.arange(0, BLOCK_M)
-        row_ok = rows < row_end
+    for block in tl.range(pid, tl.cdiv(n_rows, BLOCK_M), n_progs, num_stages=STAGES):
+        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < n_rows
         x = _load_rows(x_ptr, rows, row_ok, x_row_stride, cols, col_ok).to(ACC)
         dy = _load_rows(dy_ptr, rows, row_ok, dy_row_stride, cols, col_ok).to(ACC)
         if HAS_DRES:
             dres = _load_rows(dres_ptr, rows, row_ok, dres_row_stride, cols, col_ok)
         rstd = tl.load(rstd_ptr + rows, mask=row_ok, other=0.0)[:, None]
-        mask = row_ok[:, None] & col_ok[None, :]
+        # Masked-off elements load as 0, so dy and g are 0 there: they add nothing to the
+        # sums or to dw/db whatever xhat is, and their dx is never stored.
         if IS_RMS:
             xhat = x * rstd
         else:
             mean = tl.load(mean_ptr + rows, mask=row_ok, other=0.0)[:, None]
-            xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+            xhat = (x - mean) * rstd
         g = dy
         if HAS_WEIGHT:
             g = dy * w
         c1 = tl.sum(g * xhat, axis=1)[:, None] / n_cols
+        # dx = g*rstd - (xhat*(c1*rstd) + c2*rstd): two FMAs a element after the row terms
         if IS_RMS:
-            dx = (g - xhat * c1) * rstd
+            dx = g * rstd - xhat * (c1 * rstd)
         else:
-            dx = (g - xhat * c1 - tl.sum(g, axis=1)[:, None] / n_cols) * rstd
+            c2 = tl.sum(g, axis=1)[:, None] / n_cols
+            dx = g * rstd - (xhat * (c1 * rstd) + c2 * rstd)
         if HAS_DRES:
             dx += dres.to(ACC)
         tl.store(dx_ptr + rows.to(tl.int64)[:, None] * n_cols + cols[None, :],
-                 dx.to(dx_ptr.dtype.element_ty), mask=mask)
+                 dx.to(dx_ptr.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
         if NEED_DW:
             dw_acc += tl.sum(dy * xhat, axis=0)
         if NEED_DB:
@@ -124,6 +130,24 @@ def _norm_bwd(x_ptr, w_ptr, mean_ptr, rstd_ptr, dy_ptr, dres_ptr, dx_ptr, dw_ptr
         tl.store(dw_ptr + pid * n_cols + cols, dw_acc, mask=col_ok)
     if NEED_DB:
         tl.store(db_ptr + pid * n_cols + cols, db_acc, mask=col_ok)
+
+
+@triton.jit
+def _sum_parts(parts_ptr, out_ptr, n_parts, n_cols, P_BLOCK: tl.constexpr,
+               C_BLOCK: tl.constexpr):
+    # (n_sums, n_parts, n_cols) partial rows -> (n_sums, n_cols), program (column block,
+    # sum): reads n_parts*C_BLOCK*4 bytes, writes C_BLOCK*4. Fixed tiles and order: bitwise
+    # reproducible for a given n_parts.
+    cols = tl.program_id(0) * C_BLOCK + tl.arange(0, C_BLOCK)
+    col_ok = cols < n_cols
+    base = parts_ptr + tl.program_id(1).to(tl.int64) * n_parts * n_cols
+    acc = tl.zeros([C_BLOCK], out_ptr.dtype.element_ty)
+    for start in range(0, n_parts, P_BLOCK):
+        parts = start + tl.arange(0, P_BLOCK)
+        mask = (parts < n_parts)[:, None] & col_ok[None, :]
+        tile = tl.load(base + parts[:, None] * n_cols + cols[None, :], mask=mask, other=0.0)
+        acc += tl.sum(tile, axis=0)
+    tl.store(out_ptr + tl.program_id(1) * n_cols + cols, acc, mask=col_ok)
 
 
 @dataclass(frozen=True)
@@ -169,12 +193,12 @@ def fwd_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> FwdConfig:
     return FwdConfig(block_m, _warps_by_bytes(block_m * block_n, dtype))
 
 
-# NB: measured on an H200 at 16384x8192 (benchmarks/tune_rowwise.py, five runs): 3 stages
-# take bf16 layer_norm to 0.88-0.91 of copy, from 0.68 without pipelining and 0.87-0.89 with
-# the former register prefetch of the next row block (rms_norm 0.91 -> 0.91-0.93; fp32 rows
-# equal or better); 2 stages lose (bf16 layer_norm 0.64), 4 do not gain (0.86-0.90). Both
-# layer_norm row sums in one tl.reduce stayed within noise (0.88-0.92 against 0.88-0.91);
-# 2 rows per block (half the reduction barriers per row) lost: 0.41-0.54 with 8-32 warps.
+# NB: measured on an H200 at 16384x8192 (benchmarks/tune_rowwise.py and
+# explore_norm_backward.py): 3 stages take bf16 layer_norm to 0.96 of copy, from 0.70
+# without pipelining (rms_norm 0.97 from 0.75; fp32 rows 0.96-0.97 either way); 2 stages
+# lose (bf16 layer_norm 0.64), 4 lose (0.88-0.92 flushed, 0.85-0.86 back to back, against
+# 0.90-0.94 and 0.91-0.94 with 3). Both layer_norm row sums in one tl.reduce stayed within
+# noise; 2 rows per block (half the reduction barriers per row) lost: 0.41-0.54.
 BWD_STAGES = 3
 
 
@@ -187,9 +211,10 @@ SMEM_RESERVED_BYTES = 16 * 1024
 def bwd_config(n_rows: int, n_cols: int, dtype: torch.dtype, is_rms: bool,
                fused: bool = False, smem_bytes: int = SMEM_PER_BLOCK_BYTES) -> BwdConfig:
     tile = rows_per_program(_block_cols(n_cols), n_rows) * _block_cols(n_cols)
-    # NB: measured on an H200 at 16384x8192: one program per SM beats 2 and 4 (each holds
-    # dw/db accumulators for its rows); bf16 layer_norm wants 8 warps (0.88-0.91 against
-    # 0.87-0.90 with 16, 0.78-0.80 with 32); rms_norm is indifferent between 8 and 16.
+    # NB: measured on an H200 at 16384x8192: one program per SM beats 2 (each holds dw/db
+    # accumulators for its rows: bf16 layer_norm 0.96 against 0.91; capped at 128 registers
+    # so 2 fit, it spills: 0.14); bf16 layer_norm wants 8 warps (0.96 against 0.93 with 16,
+    # 0.78-0.80 with 32); rms_norm is indifferent between 8 and 16 (0.98, 0.97).
     warps = num_warps_for(tile) if is_rms else _warps_by_bytes(tile, dtype)
     stage_bytes = tile * dtype.itemsize * (3 if fused else 2)  # x, dy [, dres] per stage
     return BwdConfig(max(1, 16 // num_warps_for(tile)), warps,
@@ -255,7 +280,6 @@ def norm_bwd(x2d, weight, mean, rstd, dy2d, dres2d, need_dw: bool, need_db: bool
     block_n = _block_cols(n_cols)
     block_m = rows_per_program(block_n, n_rows)
     programs = _bwd_programs(dev, triton.cdiv(n_rows, block_m), config.programs_per_sm)
-    rows_per_prog = triton.cdiv(n_rows, programs)
     # dw and db partial rows in one tensor, so one reduction kernel sums both
     n_sums = int(need_dw) + int(need_db)
     parts = torch.empty((n_sums, programs, n_cols), dtype=acc_dtype, device=dev)
@@ -264,14 +288,14 @@ def norm_bwd(x2d, weight, mean, rstd, dy2d, dres2d, need_dw: bool, need_db: bool
     if dx.numel() > 0:
         _norm_bwd[(programs,)](
             x2d, weight, mean, rstd, dy2d, dres2d, dx, dw_part, db_part,
-            n_rows, n_cols, rows_per_prog, x2d.stride(0), dy2d.stride(0),
+            n_rows, n_cols, x2d.stride(0), dy2d.stride(0),
             dres2d.stride(0) if dres2d is not None else 0,
             IS_RMS=is_rms, HAS_WEIGHT=weight is not None, NEED_DW=need_dw, NEED_DB=need_db,
             HAS_DRES=dres2d is not None, STAGES=config.stages, ACC=acc_type(x2d.dtype),
             BLOCK_M=block_m, BLOCK_N=block_n, num_warps=config.num_warps)
     elif need_dw or need_db:
         programs = 0  # no rows: the parameter gradients are zero
-    sums = _sum_partials(parts, programs) if n_sums else None
+    sums = _sum_partials(parts, programs, dx.numel()) if n_sums else None
     dw = sums[0] if need_dw else None
     db = sums[n_sums - 1] if need_db else None
     return dx, dw, db
@@ -289,16 +313,43 @@ def _bwd_programs(device: torch.device, n_row_blocks: int, per_sm: int) -> int:
     return max(1, min(n_row_blocks, sm_count * per_sm))
 
 
-def _sum_partials(parts: torch.Tensor, programs: int) -> torch.Tensor:
+def _sum_partials(parts: torch.Tensor, programs: int, n_elements: int) -> torch.Tensor:
     """(n_sums, programs, n_cols) partial rows -> (n_sums, n_cols): a fixed-order sum over a
     fixed number of partial rows, bitwise reproducible, in one launch for dw and db.
 
-    NB: measured on an H200: 11.5 us for (2, 132, 8192), against 15.9 us for two sums of
-    (132, 8192) and 12.9 us for a Triton kernel with 64 x 64 tiles.
+    NB: measured on an H200 right after the backward kernel at 16384x8192 (partials in L2,
+    torch.profiler device time): _sum_parts 4.0 us (bf16 input) and 5.6 us (fp32) against
+    5.2 and 8.1 us for torch's parts.sum(1). Smaller inputs are host-bound, and there
+    torch's launch is the cheaper: bf16 layer_norm backward back to back (two runs on a warm
+    host), torch's sum 65-76 us a call against 81-89 us with _sum_parts at every size from
+    64x1024 to 8192x4096, whose GPU time (59 us) still hides behind the host's; from
+    8192x8192 on the call is GPU-bound and _sum_parts 1.1-1.3 us faster (its CUDA-graph GPU
+    time is 1-2.6 us lower at every size). Hence torch's sum below TRITON_SUM_MIN_ELEMENTS
+    inputs on a GPU (benchmarks/explore_norm_backward.py). The
+    interpreter always runs _sum_parts, so CI checks it.
     """
+    n_sums, _, n_cols = parts.shape
     if not programs:
-        return torch.zeros_like(parts[:, 0])
-    return parts.sum(1)
+        return torch.zeros((n_sums, n_cols), dtype=parts.dtype, device=parts.device)
+    if parts.device.type == "cuda" and n_elements < TRITON_SUM_MIN_ELEMENTS:
+        return parts.sum(1)
+    out = torch.empty((n_sums, n_cols), dtype=parts.dtype, device=parts.device)
+    p_block, c_block = _sum_tile(programs)
+    _sum_parts[(triton.cdiv(n_cols, c_block), n_sums)](
+        parts, out, programs, n_cols, P_BLOCK=p_block, C_BLOCK=c_block, num_warps=SUM_WARPS)
+    return out
+
+
+TRITON_SUM_MIN_ELEMENTS = 1 << 26  # 8192 x 8192
+SUM_WARPS = 8
+SUM_TILE_ELEMENTS = 16384  # 64 fp32 values a thread with 8 warps
+
+
+def _sum_tile(programs: int) -> tuple[int, int]:
+    """(partial rows, columns) per tile: every partial row in one tile up to 256 of them,
+    so each program issues all its loads at once; 16 to 1024 columns (64 B to 4 KiB rows)."""
+    p_block = min(triton.next_power_of_2(programs), 256)
+    return p_block, max(16, min(1024, SUM_TILE_ELEMENTS // p_block))
 
 
 def check_norm_args(fn_name: str, x: torch.Tensor, normalized_shape, *params) -> int:
