@@ -67,20 +67,19 @@ def _rms_norm(shape, dtype, variant, gen) -> Call:
     return Call((x, (n,), w, 1e-6), {}, (0, 2) if w is not None else (0,))
 
 
-def _add_layer_norm(shape, dtype, variant, gen) -> Call:
-    inner = _layer_norm(shape, dtype, variant, gen)
-    residual = _randn(shape, dtype, gen)
-    x, *rest = inner.args
-    grads = (0, 1) + tuple(p + 1 for p in inner.grad_positions if p)
-    return Call((x, residual, *rest), {}, grads)
+def _with_residual(norm_case):
+    """The fused residual variant of a norm case: (x, residual, *norm args), grads of both."""
+    def case(shape, dtype, variant, gen) -> Call:
+        inner = norm_case(shape, dtype, variant, gen)
+        residual = _randn(shape, dtype, gen)
+        x, *rest = inner.args
+        grads = (0, 1) + tuple(p + 1 for p in inner.grad_positions if p)
+        return Call((x, residual, *rest), {}, grads)
+    return case
 
 
-def _add_rms_norm(shape, dtype, variant, gen) -> Call:
-    inner = _rms_norm(shape, dtype, variant, gen)
-    residual = _randn(shape, dtype, gen)
-    x, *rest = inner.args
-    grads = (0, 1) + tuple(p + 1 for p in inner.grad_positions if p)
-    return Call((x, residual, *rest), {}, grads)
+_add_layer_norm = _with_residual(_layer_norm)
+_add_rms_norm = _with_residual(_rms_norm)
 
 
 def _gelu(shape, dtype, variant, gen) -> Call:
