@@ -3,17 +3,11 @@
 On a machine without CUDA the kernels run in Triton's interpreter (small shapes); the
 grid-barrier variant needs its programs resident at once, so it only runs on a GPU.
 """
-import os
-
+import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
-
-import pytest  # noqa: E402
-
-from benchmarks import explore_norm_backward as explore  # noqa: E402
-from reference_kernels.triton import norm  # noqa: E402
+from benchmarks import explore_norm_backward as explore
+from reference_kernels.triton import norm
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 

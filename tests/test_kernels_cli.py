@@ -1,20 +1,14 @@
 """`advisor kernels` and `advisor kernels verify` through the real CLI: output and exit codes."""
-import os
+import json
 
+import pytest
 import torch
+from typer.testing import CliRunner
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
-
-import json  # noqa: E402
-
-import pytest  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
-
-import kernel_advisor.cli  # noqa: E402
-from kernel_advisor.cli import kernels as kernels_cli  # noqa: E402
-from reference_kernels.registry import Capability, KernelSpec, all_kernels  # noqa: E402
-from reference_kernels.triton import _common  # noqa: E402
+import kernel_advisor.cli
+from kernel_advisor.cli import kernels as kernels_cli
+from reference_kernels.registry import Capability, KernelSpec, all_kernels
+from reference_kernels.triton import _common
 
 pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
               pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),

@@ -5,22 +5,17 @@ sources carry exactly these literals, and the Triton helper under the interprete
 GPU: Triton gelu and CUDA bias_gelu in fp16/bf16 against the correctly rounded fp64 result.
 """
 import math
-import os
 import re
 from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
-
-import torch.nn.functional as F  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from reference_kernels import normal_tail  # noqa: E402
-from reference_kernels.triton.gelu import _normal_cdf16  # noqa: E402
+from reference_kernels import normal_tail
+from reference_kernels.triton.gelu import _normal_cdf16
 
 KERNELS = Path(normal_tail.__file__).resolve().parent
 SOURCES = (KERNELS / "triton" / "gelu.py", KERNELS / "cuda" / "device_math.h")

@@ -3,32 +3,27 @@
 On a machine without CUDA the kernels run in Triton's CPU interpreter, so CPU shapes stay
 small; the `gpu` tests repeat the matrix at full size (1823x781, 128K vocab, 64K rows).
 """
+import math
 import os
+import subprocess
+import sys
 
+import pytest
 import torch
+import torch.nn.functional as F
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
-
-import math  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-
-import pytest  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from reference_kernels.registry import get_kernel  # noqa: E402
-from reference_kernels.triton import eager  # noqa: E402
-from reference_kernels.triton import _common  # noqa: E402
-from reference_kernels.triton.cross_entropy import cross_entropy  # noqa: E402
-from reference_kernels.triton.gelu import gelu  # noqa: E402
-from reference_kernels.triton.layer_norm import add_layer_norm, layer_norm  # noqa: E402
-from reference_kernels.triton.matmul import matmul  # noqa: E402
-from reference_kernels.triton.rms_norm import add_rms_norm, rms_norm  # noqa: E402
-from reference_kernels.triton.silu import silu  # noqa: E402
-from reference_kernels.triton.softmax import log_softmax, softmax  # noqa: E402
-from reference_kernels.triton.specs import SPECS  # noqa: E402
-from reference_kernels.triton.swiglu import swiglu  # noqa: E402
+from reference_kernels.registry import get_kernel
+from reference_kernels.triton import eager
+from reference_kernels.triton import _common
+from reference_kernels.triton.cross_entropy import cross_entropy
+from reference_kernels.triton.gelu import gelu
+from reference_kernels.triton.layer_norm import add_layer_norm, layer_norm
+from reference_kernels.triton.matmul import matmul
+from reference_kernels.triton.rms_norm import add_rms_norm, rms_norm
+from reference_kernels.triton.silu import silu
+from reference_kernels.triton.softmax import log_softmax, softmax
+from reference_kernels.triton.specs import SPECS
+from reference_kernels.triton.swiglu import swiglu
 
 # The CPU interpreter evaluates masked-off lanes too (numpy warns about inf/NaN there).
 pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),

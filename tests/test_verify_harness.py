@@ -3,25 +3,20 @@ wrong gradients, nondeterminism, crashes; and passes correct kernels (Triton one
 
 Deliberately broken kernels live in this module; fake KernelSpecs point at them by name.
 """
+import dataclasses
+import json
+import math
 import os
+import sys
 
+import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
-
-import dataclasses  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
-import sys  # noqa: E402
-
-import pytest  # noqa: E402
-
-from kernel_advisor.errors import EnvironmentCapabilityError  # noqa: E402
-from reference_kernels import verify  # noqa: E402
-from reference_kernels.registry import Capability, KernelSpec  # noqa: E402
-from reference_kernels.triton.cases import FAMILIES  # noqa: E402
-from reference_kernels.triton.specs import SPECS  # noqa: E402
+from kernel_advisor.errors import EnvironmentCapabilityError
+from reference_kernels import verify
+from reference_kernels.registry import Capability, KernelSpec
+from reference_kernels.triton.cases import FAMILIES
+from reference_kernels.triton.specs import SPECS
 
 pytestmark = [pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning"),
               pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
