@@ -1,0 +1,38 @@
+"""Actions: named, reversible transformations a recommendation can apply to the user's model.
+
+The registry is code, one module per action. Rules name an action (`action: sdpa`);
+`advisor recommend --measure` prepares it on the real model, gates it and times it.
+`kernel:<id>` names a bundled kernel; `kernel:auto` the one the recommendation found.
+"""
+from __future__ import annotations
+
+from kernel_advisor.actions import (bf16_autocast, channels_last, compile, cudnn_benchmark, kernel,
+                                    pad_gemm, rms_norm_module, sdpa, tf32)
+from kernel_advisor.actions.base import Action, NotApplicable, NotMeasurable, Variant, stacked
+
+NONE = "none"
+_FIXED: dict[str, Action] = {a.name: a for a in (
+    sdpa.ACTION, rms_norm_module.ACTION, channels_last.ACTION, cudnn_benchmark.ACTION, tf32.ACTION,
+    bf16_autocast.ACTION, pad_gemm.ACTION, *compile.ACTIONS)}
+
+
+def action_names() -> tuple[str, ...]:
+    """Every name a rule may give, besides `kernel:<id>` and `none`."""
+    return tuple(_FIXED)
+
+
+def is_known(name: str) -> bool:
+    return name == NONE or name in _FIXED or (name.startswith(kernel.PREFIX) and len(name) > len(kernel.PREFIX))
+
+
+def get_action(name: str) -> Action:
+    """The action called `name`; KeyError names the known ones."""
+    if name in _FIXED:
+        return _FIXED[name]
+    if name.startswith(kernel.PREFIX) and name != kernel.PREFIX + "auto":
+        return kernel.action_for(name)
+    raise KeyError(f"unknown action {name!r}; known: {', '.join(action_names())}, kernel:<id>, none")
+
+
+__all__ = ["Action", "NONE", "NotApplicable", "NotMeasurable", "Variant", "action_names", "get_action",
+           "is_known", "stacked"]

@@ -1,0 +1,33 @@
+"""`compile`, `compile:reduce-overhead`, `compile:max-autotune-no-cudagraphs`: torch.compile the model."""
+from __future__ import annotations
+
+import torch
+
+from kernel_advisor.actions.base import Action, NotApplicable, Variant
+from kernel_advisor.collect.loader import LoadedModel
+
+MODES = {"compile": "default", "compile:reduce-overhead": "reduce-overhead",
+         "compile:max-autotune-no-cudagraphs": "max-autotune-no-cudagraphs"}
+
+
+def _preparer(name: str):
+    mode = MODES[name]
+
+    def prepare(loaded: LoadedModel, run_mode: str) -> Variant:
+        if mode == "reduce-overhead" and loaded.device.type != "cuda":
+            raise NotApplicable("CUDA graphs (mode='reduce-overhead') need a CUDA device; this run is on the CPU")
+        if isinstance(loaded.model, torch._dynamo.eval_frame.OptimizedModule):
+            raise NotApplicable("the model is already compiled")
+        compiled = torch.compile(loaded.model, mode=mode)
+        # params_of: the compiled wrapper names its parameters `_orig_mod.*`; gradients are compared by name.
+        variant = Variant(name, compiled, f"torch.compile(model, mode={mode!r})", params_of=loaded.model,
+                          stage="compile")
+        # Each variant compiles afresh; the cache must not hand one mode's code to another.
+        variant.closers.append(torch._dynamo.reset)
+        return variant
+
+    return prepare
+
+
+ACTIONS = tuple(Action(name, f"torch.compile (mode {mode!r})", "compile", _preparer(name), exclusive="compile")
+                for name, mode in MODES.items())
