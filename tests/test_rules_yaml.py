@@ -26,6 +26,8 @@ rules:
     gain: {model: fraction, value: 0.25}
 """
 
+V2_RULE = GOOD_RULE.replace("version: 1", "version: 2") + "    action: compile\n"
+
 
 def write(tmp_path: Path, text: str, name: str = "rules.yaml") -> Path:
     path = tmp_path / name
@@ -118,7 +120,7 @@ BAD_FILES = {
     # name: (text, line, fragment of the message)
     "bad yaml": ("version: 1\nrules:\n  - id: x\n    title: [unclosed\n", 5, "invalid YAML"),
     "missing version": ("rules: []\n", 1, "missing 'version'"),
-    "unsupported version": ("version: 2\nrules: []\n", 1, "unsupported version 2"),
+    "unsupported version": ("version: 3\nrules: []\n", 1, "unsupported version 3"),
     "top-level key": ("version: 1\nrulez: []\n", 2, "unknown top-level key 'rulez'"),
     "rules not a list": ("version: 1\nrules: {a: 1}\n", 2, "'rules' must be a list"),
     "unknown rule key": (GOOD_RULE.replace("    scope: op\n", "    scope: op\n    severity: high\n"),
@@ -154,6 +156,12 @@ BAD_FILES = {
     "pattern scope without pattern": (GOOD_RULE.replace("scope: op", "scope: pattern").replace(
         "      ops: [aten::softmax, aten::_softmax]\n", "").replace("{name} takes", "{names} take"),
         7, "needs a 'pattern' condition"),
+    # version 2: every rule names its action (line 12 is the gain line; the action follows it)
+    "v2 without action": (GOOD_RULE.replace("version: 1", "version: 2"), 3, "missing 'action'"),
+    "unknown action": (V2_RULE.replace("action: compile", "action: comple"), 13, "unknown action 'comple'"),
+    "none without reason": (V2_RULE.replace("action: compile", "action: none"), 13, "needs 'action_reason'"),
+    "kernel:auto without kernel": (V2_RULE.replace("action: compile", "action: kernel:auto"), 13,
+                                   "needs the rule's 'kernel' key"),
     "duplicate key": (GOOD_RULE.replace("    scope: op\n", "    scope: op\n    scope: run\n"), 7, "given twice"),
 }
 
@@ -208,3 +216,24 @@ def test_parse_rule_text_empty_document():
     with pytest.raises(RuleFileError) as info:
         parse_rule_text("", Path("x.yaml"))
     assert info.value.line == 1
+
+
+# ---------------------------------------------------------------- actions
+
+
+def test_every_builtin_rule_names_a_known_action_or_says_why_not():
+    from kernel_advisor import actions
+
+    for rule in load_rules():
+        assert actions.is_known(rule.action), rule.id
+        assert rule.action != actions.NONE or rule.action_reason, rule.id
+
+
+def test_version1_file_loads_with_no_action_and_says_so(tmp_path):
+    (rule,) = load_rule_file(write(tmp_path, GOOD_RULE))
+    assert rule.action == "none" and "version 1" in rule.action_reason
+
+
+def test_version2_action_is_kept(tmp_path):
+    (rule,) = load_rule_file(write(tmp_path, V2_RULE))
+    assert (rule.action, rule.action_reason) == ("compile", "")

@@ -47,6 +47,8 @@ class Recommendation:
     references: tuple[str, ...] = ()
     caveats: tuple[str, ...] = ()
     source: str = ""
+    action: str = "none"  # what `recommend --measure` applies; kernel:auto resolved to kernel:<id>
+    action_reason: str = ""  # why nothing can be applied, when action is "none"
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,15 @@ def _recommend(engine: Engine, rule: Rule, subject: Subject, checks: tuple[Check
         row_saving_per_step_s=dict(gain.row_saving_per_step_s), gain_model=rule.gain.model,
         gain_basis=gain.basis, evidence=evidence, checks=checks, kernel_id=spec.id if spec else None,
         command=command, references=rule.references, caveats=rule.caveats,
-        source=f"{rule.source}:{rule.line}")
+        source=f"{rule.source}:{rule.line}", **_action_of(rule, spec))
+
+
+def _action_of(rule: Rule, spec: KernelSpec | None) -> dict[str, str]:
+    if rule.action != "kernel:auto":
+        return {"action": rule.action, "action_reason": rule.action_reason}
+    if spec is None:
+        return {"action": "none", "action_reason": "no bundled kernel covers this subject"}
+    return {"action": f"kernel:{spec.id}", "action_reason": ""}
 
 
 def claims_nothing(rec: Recommendation) -> bool:

@@ -1,8 +1,10 @@
 """Rule files (YAML) → frozen Rule records that remember their file and line.
 
-Format (docs/rules.md): a mapping with `version: 1` and `rules:`, a list of rules with
-id, title, tier, scope, conditions, message, references, gain and optionally kernel and
-caveats. Every mistake is a RuleFileError naming `file:line`.
+Format (docs/rules.md): a mapping with `version: 2` and `rules:`, a list of rules with
+id, title, tier, scope, conditions, message, references, gain, action (with
+action_reason when it is `none`) and optionally kernel and caveats. Version 1 files
+(no actions) still load; their rules measure nothing. Every mistake is a RuleFileError
+naming `file:line`.
 """
 from __future__ import annotations
 
@@ -11,18 +13,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Collection, Mapping
 
+from kernel_advisor import actions
 from kernel_advisor.errors import UserInputError
 from kernel_advisor.recommend.conditions import (
     COMPUTE_PATHS, SCOPES, ConditionValueError, parse_condition)
 from kernel_advisor.recommend.located_yaml import Located, LocatedYamlError, load_located
 from kernel_advisor.recommend.messages import TemplateError, validate_template
 
-SUPPORTED_VERSIONS = (1,)
+SUPPORTED_VERSIONS = (1, 2)
+ACTIONS_SINCE = 2  # the first version in which every rule names its action
 TIERS = ("leave-it", "library", "compile", "triton", "cuda")
 LADDER = ("library", "compile", "triton", "cuda")  # cheapest first; leave-it sits outside it
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _REQUIRED = ("id", "title", "tier", "conditions", "message", "gain")
-_OPTIONAL = ("scope", "references", "kernel", "caveats")
+_OPTIONAL = ("scope", "references", "kernel", "caveats", "action", "action_reason")
+VERSION1_ACTION_REASON = "the rule file is version 1, which declares no actions"
 # model -> (scopes it applies to, parameters it accepts, parameters it requires)
 GAIN_MODELS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "none": (SCOPES, (), ()),
@@ -66,6 +71,8 @@ class Rule:
     caveats: tuple[str, ...]
     source: str
     line: int
+    action: str = actions.NONE  # what `recommend --measure` applies (kernel_advisor.actions)
+    action_reason: str = ""  # why no action, when it is `none`
 
 
 def _fail(path: Path, node: Located, message: str) -> RuleFileError:
@@ -141,6 +148,24 @@ def _kernel(path: Path, node: Located, tier: str, kernel_ids: Collection[str] | 
     return kernel
 
 
+def _action(path: Path, fields: dict[str, Located], node: Located, kernel: str | None,
+            version: int) -> tuple[str, str]:
+    if "action" not in fields:
+        if version >= ACTIONS_SINCE:
+            raise _fail(path, node, "rule is missing 'action' (an action name, or 'none' with 'action_reason')")
+        return actions.NONE, VERSION1_ACTION_REASON
+    name = _text(path, fields["action"], "action")
+    if not actions.is_known(name):
+        raise _fail(path, fields["action"], f"unknown action '{name}'; known: "
+                                            f"{', '.join(actions.action_names())}, kernel:<id>, kernel:auto, none")
+    if name == "kernel:auto" and kernel is None:
+        raise _fail(path, fields["action"], "'kernel:auto' needs the rule's 'kernel' key")
+    reason = _text(path, fields["action_reason"], "action_reason") if "action_reason" in fields else ""
+    if name == actions.NONE and not reason:
+        raise _fail(path, fields["action"], "'action: none' needs 'action_reason': why no code can apply it")
+    return name, reason
+
+
 def _check_keys(path: Path, node: Located) -> dict[str, Located]:
     if not isinstance(node.value, dict):
         raise _fail(path, node, "each rule must be a mapping")
@@ -164,7 +189,8 @@ def _scope_and_tier(path: Path, fields: dict[str, Located]) -> tuple[str, str]:
     return scope, tier
 
 
-def parse_rule(path: Path, node: Located, kernel_ids: Collection[str] | None = None) -> Rule:
+def parse_rule(path: Path, node: Located, kernel_ids: Collection[str] | None = None,
+               version: int = ACTIONS_SINCE) -> Rule:
     fields = _check_keys(path, node)
     rule_id = _text(path, fields["id"], "id")
     if not _ID.match(rule_id):
@@ -185,11 +211,13 @@ def parse_rule(path: Path, node: Located, kernel_ids: Collection[str] | None = N
     bad = [r for r in refs if not r.startswith(("https://", "http://"))]
     if bad:
         raise _fail(path, fields["references"], f"references must be URLs, got {bad[0]!r}")
+    kernel = _kernel(path, fields["kernel"], tier, kernel_ids) if "kernel" in fields else None
+    action, action_reason = _action(path, fields, node, kernel, version)
     return Rule(
         id=rule_id, title=_text(path, fields["title"], "title"), tier=tier, scope=scope,
         conditions=_conditions(path, fields["conditions"], scope), message=message, references=refs,
-        gain=gain, kernel=_kernel(path, fields["kernel"], tier, kernel_ids) if "kernel" in fields else None,
-        caveats=caveats, source=str(path), line=node.line)
+        gain=gain, kernel=kernel, caveats=caveats, source=str(path), line=node.line,
+        action=action, action_reason=action_reason)
 
 
 def parse_rule_text(text: str, path: Path, kernel_ids: Collection[str] | None = None) -> tuple[Rule, ...]:
@@ -211,7 +239,8 @@ def parse_rule_text(text: str, path: Path, kernel_ids: Collection[str] | None = 
     rules_node = top.get("rules")
     if rules_node is None or not isinstance(rules_node.value, list):
         raise RuleFileError(path, rules_node.line if rules_node else doc.line, "'rules' must be a list")
-    rules = tuple(parse_rule(path, n, kernel_ids) for n in rules_node.value)
+    version = top["version"].value
+    rules = tuple(parse_rule(path, n, kernel_ids, version) for n in rules_node.value)
     check_unique(rules)
     return rules
 
