@@ -18,8 +18,12 @@ def warn(message: str) -> None:
     print(f"advisor: warning: {message}", file=sys.stderr, flush=True)
 
 
-def step_progress(enabled: bool = True):
-    """A rich progress bar on stderr, and the callback the collect layer reports to."""
+def step_progress(enabled: bool = True, lines_when_piped: bool = False):
+    """A rich progress bar on stderr, and the callback the collect layer reports to.
+
+    With `lines_when_piped`, a stderr that is no terminal gets one line per finished phase
+    instead (long runs in CI logs still show where they are).
+    """
     progress = Progress(TextColumn("{task.description:<26}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=err, transient=True,
                         # a transient bar on a non-terminal stderr leaves a stray blank line in logs
@@ -27,6 +31,10 @@ def step_progress(enabled: bool = True):
     tasks: dict[str, int] = {}
 
     def report(phase: str, done: int, total: int) -> None:
+        if lines_when_piped and enabled and not err.is_terminal:
+            if done == total and tasks.setdefault(phase, done) == done:
+                print(f"advisor: {phase}: done", file=sys.stderr, flush=True)
+            return
         if phase not in tasks:
             tasks[phase] = progress.add_task(phase, total=total)
         progress.update(tasks[phase], completed=done)

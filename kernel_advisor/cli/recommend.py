@@ -19,6 +19,7 @@ from kernel_advisor.recommend.kernels import registry_kernels
 from kernel_advisor.recommend.report import Report, recommend
 from kernel_advisor.recommend.ruleset import load_rules
 from kernel_advisor.render.recommend_render import render_markdown, render_table, report_to_dict
+from kernel_advisor.cli.measure import MeasureArgs, measure_and_render
 
 RESULT_FILE = "recommendations.json"
 
@@ -69,7 +70,17 @@ def recommend_command(
         help="Exit with code 5 when the estimated total gain is above PCT % of the step (CI gate).")] = None,
     check_compile_flag: Annotated[bool, typer.Option(
         "--check-compile", help="Run torch._dynamo.explain on the model and rank graph-break fixes first.")] = False,
-    top: Annotated[int, typer.Option("--top", min=1, help="Hotspots to explain.")] = 10,
+    top: Annotated[int, typer.Option("--top", min=1, help="Hotspots to explain; with --measure, also the "
+                                     "number of recommendations (best predicted first) whose actions are measured.")] = 10,
+    measure: Annotated[bool, typer.Option(
+        "--measure", help="Apply each recommendation's action to the run's model, gate it against eager and time "
+                          "it interleaved with eager; then the best non-conflicting actions combined (the plan).")] = False,
+    budget_s: Annotated[Optional[float], typer.Option(
+        "--budget-s", min=1.0, metavar="S", help="With --measure: wall-time cap; what does not fit is reported "
+                                                 "as not measured.")] = None,
+    also: Annotated[Optional[list[str]], typer.Option(
+        "--also", metavar="ACTION", help="With --measure: also measure this action (e.g. compile, "
+                                         "compile:reduce-overhead), recommended or not (repeatable).")] = None,
     region: Annotated[Optional[str], typer.Option(
         "--region", help="Only ops inside this NVTX / record_function region (name or glob); gains stay % of the whole step; not saved to recommendations.json.")] = None,
 ) -> None:
@@ -83,7 +94,11 @@ def recommend_command(
     compile_report = _compile_check(loaded.meta) if check_compile_flag else None
     report = recommend(loaded.ops, loaded.sequence, loaded.meta, rule_set, kernels, compile_report, top)
     doc = report_to_dict(report, str(run_dir))
+    if measure or also or budget_s is not None:
+        margs = MeasureArgs(measure=measure, top=top, budget_s=budget_s, also=tuple(also or ()), region=region)
+        doc = measure_and_render(report, doc, loaded.meta, Path(run_dir), margs, fmt.value)
+    else:
+        _emit(report, doc, fmt)
     if not region:  # a region's view must not replace the whole run's saved plan
         write_json_atomic(Path(run_dir) / RESULT_FILE, doc)
-    _emit(report, doc, fmt)
     _gate(report, fail_if_gain_above)

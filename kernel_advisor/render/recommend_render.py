@@ -14,21 +14,21 @@ from kernel_advisor.recommend.engine import Finding, Recommendation
 from kernel_advisor.recommend.hotspots import Hotspot
 from kernel_advisor.recommend.report import Report
 
-JSON_SCHEMA_VERSION = 1
+JSON_SCHEMA_VERSION = 2  # 2: action, action_reason and measured on every recommendation; plan
 _DROP_FROM_EVIDENCE = ("settings",)  # repeated on every recommendation; it lives under "run"
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     if isinstance(value, float):
         return None if math.isnan(value) or math.isinf(value) else value
     if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     if value is None or isinstance(value, (str, int, bool)):
         return value
     if hasattr(value, "item"):  # numpy scalars
-        return _json_safe(value.item())
+        return json_safe(value.item())
     return str(value)
 
 
@@ -57,6 +57,7 @@ def _rec_dict(rec: Recommendation, rank: int) -> dict[str, Any]:
         "thresholds": [{"key": c.key, "expected": c.expected, "actual": c.actual, "ok": c.ok} for c in rec.checks],
         "evidence": evidence, "kernel_id": rec.kernel_id, "command": rec.command,
         "references": list(rec.references), "caveats": list(rec.caveats), "source": rec.source,
+        "action": rec.action, "action_reason": rec.action_reason, "measured": None,
     }
 
 
@@ -99,8 +100,9 @@ def report_to_dict(report: Report, run_dir: str | None = None) -> dict[str, Any]
         "hotspots": [_hotspot_dict(h) for h in report.hotspots],
         "compile_check": _compile_dict(report),
         "rule_sources": list(report.rule_sources),
+        "plan": None,
     }
-    return _json_safe(doc)
+    return json_safe(doc)
 
 
 def _ms(seconds: float | None) -> str:

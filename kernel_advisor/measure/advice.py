@@ -1,0 +1,83 @@
+"""`recommend --measure`: every recommendation's action measured in the real model, then ranked by it.
+
+Each distinct action among the top recommendations is measured once (session.py) and its
+outcome attached to every recommendation naming it. A recommendation with no action, or
+beyond `--top`, gets a status and the reason. Findings are re-ranked: measured gains
+first (largest first), then the rest in their predicted order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from kernel_advisor.actions import NONE
+from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.measure.outcome import Outcome
+from kernel_advisor.measure.session import Measured, MeasureOptions, measure_actions
+from kernel_advisor.measure.trials import Progress
+from kernel_advisor.recommend.engine import Finding, Recommendation
+from kernel_advisor.recommend.report import Report
+
+
+@dataclass(frozen=True)
+class AdviceMeasurement:
+    by_recommendation: Mapping[tuple[str, str], Outcome]  # (rule_id, subject) -> outcome
+    also: Mapping[str, Outcome]  # actions measured on request, recommended or not
+    measured: Measured
+    ranking: tuple[str, ...]  # rule ids, measured best first
+    plan_rules: tuple[str, ...]  # the rules whose actions make up the plan
+
+    def outcome_of(self, rec: Recommendation) -> Outcome | None:
+        return self.by_recommendation.get((rec.rule_id, rec.subject))
+
+
+def actions_to_measure(report: Report, top: int) -> tuple[list[str], set[str]]:
+    """(actions of the top `top` findings in predicted order, actions of the findings beyond)."""
+    ranked = [a for f in report.findings[:top] for a in _actions(f)]
+    beyond = {a for f in report.findings[top:] for a in _actions(f)}
+    return list(dict.fromkeys(ranked)), beyond - set(ranked)
+
+
+def measure_report(report: Report, loaded: LoadedModel, mode: str, options: MeasureOptions, top: int,
+                   also: Sequence[str] = (), progress: Progress | None = None) -> AdviceMeasurement:
+    names, beyond = actions_to_measure(report, top)
+    measured = measure_actions(loaded, mode, [*names, *also], options, progress)
+    by_rec = {(r.rule_id, r.subject): _outcome_for(r, measured.outcomes, beyond, top)
+              for f in report.findings for r in f.recommendations}
+    ranking = rerank(report.findings, by_rec)
+    plan_actions = measured.plan.actions if measured.plan else ()
+    plan_rules = tuple(dict.fromkeys(r.rule_id for f in report.findings for r in f.recommendations
+                                     if r.action in plan_actions))
+    return AdviceMeasurement(by_rec, {a: measured.outcomes[a] for a in also}, measured, ranking, plan_rules)
+
+
+def _actions(f: Finding) -> list[str]:
+    return [r.action for r in f.recommendations if r.action != NONE]
+
+
+def _outcome_for(rec: Recommendation, outcomes: Mapping[str, Outcome], beyond: set[str], top: int) -> Outcome:
+    if rec.action == NONE:
+        return Outcome("not-measurable", rec.action_reason or "the rule names no action")
+    if rec.action in outcomes:
+        return outcomes[rec.action]
+    if rec.action in beyond:
+        return Outcome("not-measurable", f"not measured: outside the top {top} recommendations (--top)")
+    return Outcome("error", f"action {rec.action} was not measured")  # NB: unreachable unless a caller filters
+
+
+def finding_gain(f: Finding, by_rec: Mapping[tuple[str, str], Outcome]) -> float | None:
+    gains = [o.measured_gain for r in f.recommendations
+             if (o := by_rec.get((r.rule_id, r.subject))) is not None and o.measured_gain is not None]
+    return max(gains) if gains else None
+
+
+def rerank(findings: Sequence[Finding], by_rec: Mapping[tuple[str, str], Outcome]) -> tuple[str, ...]:
+    """Rule ids: measured faster first, by measured gain; then the rest, keeping predicted order."""
+    def key(item):
+        index, f = item
+        gain = finding_gain(f, by_rec)
+        faster = any(by_rec.get((r.rule_id, r.subject)) is not None
+                     and by_rec[(r.rule_id, r.subject)].verdict == "faster" for r in f.recommendations)
+        return (0, -(gain or 0.0), index) if faster else (1, 0.0, index)
+
+    return tuple(f.rule_id for _, f in sorted(enumerate(findings), key=key))

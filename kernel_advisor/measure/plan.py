@@ -1,0 +1,67 @@
+"""The plan: the best non-conflicting actions that measured faster, stacked in ladder order.
+
+Chosen greedily by measured gain. Two actions conflict when they share an exclusive
+group (two compile modes, two precisions) or one excludes the other's group (a bundled
+kernel's launcher is opaque to torch.compile). The plan is then prepared afresh, each
+action on the model as the earlier ones left it, and gated and timed like any action.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Mapping, Sequence
+
+from kernel_advisor.actions import Action, NotApplicable, NotMeasurable, Variant, get_action, stacked
+from kernel_advisor.actions.base import STAGES
+from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.measure.outcome import Outcome
+from kernel_advisor.measure.trials import Trial
+from kernel_advisor.measure.gating import first_line
+
+PLAN = "plan"
+
+
+def choose(outcomes: Mapping[str, Outcome]) -> list[str]:
+    """Actions for the plan: measured faster, best gain first, no conflicts; in ladder order."""
+    faster = [name for name, o in outcomes.items() if o.status == "passed" and o.verdict == "faster"]
+    faster.sort(key=lambda name: -(outcomes[name].gain_frac or 0.0))
+    chosen: list[Action] = []
+    for name in faster:
+        action = get_action(name)
+        if not any(conflicts(action, other) for other in chosen):
+            chosen.append(action)
+    chosen.sort(key=lambda a: STAGES.index(a.stage))  # stable: equal stages keep gain order
+    return [a.name for a in chosen]
+
+
+def conflicts(a: Action, b: Action) -> bool:
+    if a.exclusive and a.exclusive == b.exclusive:
+        return True
+    return (bool(b.exclusive) and b.exclusive in a.excludes) or (bool(a.exclusive) and a.exclusive in b.excludes)
+
+
+def prepare_plan(loaded: LoadedModel, mode: str, names: Sequence[str]) -> Trial:
+    """The chosen actions stacked; each prepared with the earlier ones' contexts entered."""
+    variants: list[Variant] = []
+    current = loaded
+    try:
+        for name in names:
+            with contextlib.ExitStack() as stack:
+                for v in variants:
+                    stack.enter_context(v.context())
+                variant = get_action(name).prepare(current, mode)
+            variants.append(variant)
+            current = dataclasses.replace(current, model=variant.model)
+    except (NotApplicable, NotMeasurable) as e:
+        return _failed(variants, Outcome("error", f"{name} no longer applies on top of the others: {e}"))
+    except Exception as e:  # noqa: BLE001 - the combination is what failed: report it, keep the singles
+        return _failed(variants, Outcome("error", f"could not stack {name}: {first_line(e)}"))
+    plan = stacked(variants)
+    plan.closers.extend(v.close for v in variants)
+    return Trial(PLAN, variant=dataclasses.replace(plan, action=PLAN))
+
+
+def _failed(variants: list[Variant], outcome: Outcome) -> Trial:
+    for v in variants:
+        v.close()
+    return Trial(PLAN, outcome=outcome)

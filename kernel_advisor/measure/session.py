@@ -1,0 +1,100 @@
+"""Measure actions in the user's real model: gate each against eager, time them interleaved.
+
+`measure_actions` takes the loaded model (the run's device, dtype, mode) and action names,
+cheapest to measure first is not assumed: names come in the order the caller ranks them,
+and when the budget runs short the last ones give way. Then the plan (plan.py) is
+measured the same way against a fresh eager baseline. Every outcome is a record
+(outcome.py); nothing is raised for an action that fails.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.measure.outcome import Outcome
+from kernel_advisor.measure.plan import choose, prepare_plan
+from kernel_advisor.measure.trials import (Deadline, Progress, Trial, close_all, prepare_trial, run_gate,
+                                           time_trials)
+from kernel_advisor.trykernel.timing import Estimate
+
+CUDA_REPS, CPU_REPS = 30, 10
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    draws: int = 2  # fresh input draws the gate checks
+    reps: int = 0  # interleaved rounds; 0 picks by device (CUDA_REPS / CPU_REPS)
+    warmup: int = 3
+    budget_s: float | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    actions: tuple[str, ...]
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class Measured:
+    outcomes: dict[str, Outcome]  # by action name
+    plan: PlanResult | None  # None when fewer than one action measured faster
+    eager_step_s: Estimate | None
+    reference: str  # how the gate's reference was computed
+    timing: str  # how steps were timed
+
+    def to_json(self) -> dict:
+        return {"eager_step_s": _interval(self.eager_step_s), "reference": self.reference, "timing": self.timing}
+
+
+def timing_label(loaded: LoadedModel) -> str:
+    if loaded.device.type == "cuda":
+        return "CUDA events around each step, L2 flushed, interleaved with eager"
+    return "time.perf_counter around each step, interleaved with eager (CPU: says nothing about a GPU)"
+
+
+def measure_actions(loaded: LoadedModel, mode: str, names: Sequence[str], options: MeasureOptions = MeasureOptions(),
+                    progress: Progress | None = None) -> Measured:
+    report = progress or (lambda label, done, total: None)
+    from kernel_advisor.trykernel.reference import prepare_reference  # TODO(lead): top-level once it lands
+    deadline = Deadline(options.budget_s)
+    reference = prepare_reference(loaded, mode)
+    trials = [prepare_trial(loaded, mode, name) for name in dict.fromkeys(names)]
+    try:
+        eager = _gate_and_time(loaded, mode, trials, reference, options, deadline, report)
+    finally:
+        close_all(trials)  # the plan compiles afresh: no single's compiled code may linger
+    outcomes = {t.name: t.outcome for t in trials}
+    plan = _measure_plan(loaded, mode, outcomes, reference, options, deadline, report)
+    return Measured(outcomes, plan, eager, reference.reason, timing_label(loaded))
+
+
+def _gate_and_time(loaded, mode, trials: list[Trial], reference, options: MeasureOptions, deadline: Deadline,
+                   report: Progress) -> Estimate | None:
+    step_s = run_gate(loaded, mode, trials, reference, options.draws, options.seed, deadline, report)
+    reps = options.reps or (CUDA_REPS if loaded.device.type == "cuda" else CPU_REPS)
+    report("timing", 0, 1)
+    eager = time_trials(loaded, mode, trials, reps, options.warmup, step_s, deadline)
+    report("timing", 1, 1)
+    return eager
+
+
+def _measure_plan(loaded, mode, outcomes: dict[str, Outcome], reference, options: MeasureOptions,
+                  deadline: Deadline, report: Progress) -> PlanResult | None:
+    names = choose(outcomes)
+    if len(names) <= 1:  # one action: its own measurement is the plan's
+        return PlanResult(tuple(names), outcomes[names[0]]) if names else None
+    if deadline.remaining_s() <= 0:
+        return PlanResult(tuple(names), deadline.out_of_time())
+    trial = prepare_plan(loaded, mode, names)
+    try:
+        if trial.pending:
+            _gate_and_time(loaded, mode, [trial], reference, options, deadline, report)
+    finally:
+        close_all([trial])
+    return PlanResult(tuple(names), trial.outcome)
+
+
+def _interval(e: Estimate | None) -> dict | None:
+    return None if e is None else {"value": e.value, "low": e.low, "high": e.high}

@@ -1,0 +1,127 @@
+"""`recommend --measure` output: predicted beside measured, in JSON, a rich table and markdown.
+
+Units are scaled here and only here: % of the step, speedups as ×.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from kernel_advisor.measure.advice import AdviceMeasurement, finding_gain
+from kernel_advisor.measure.outcome import Outcome
+from kernel_advisor.recommend.engine import Finding
+from kernel_advisor.recommend.report import Report
+from kernel_advisor.render.recommend_render import json_safe
+
+
+def add_measurement(doc: dict[str, Any], report: Report, m: AdviceMeasurement) -> dict[str, Any]:
+    """The recommend JSON document with `measured` filled, a plan, and the measured ranking."""
+    order = {rule_id: i + 1 for i, rule_id in enumerate(m.ranking)}
+    recs = []
+    for rec, entry in zip((r for f in report.findings for r in f.recommendations), doc["recommendations"]):
+        outcome = m.outcome_of(rec)
+        recs.append({**entry, "predicted_rank": entry["rank"], "rank": order[rec.rule_id],
+                     "measured": outcome.to_json() if outcome else None})
+    findings = [{**f, "predicted_rank": f["rank"], "rank": order[f["rule_id"]],
+                 "measured_gain_frac": finding_gain(_finding(report, f["rule_id"]), m.by_recommendation)}
+                for f in doc["findings"]]
+    plan = m.measured.plan
+    return json_safe({
+        **doc,
+        "findings": sorted(findings, key=lambda f: f["rank"]),
+        "recommendations": sorted(recs, key=lambda r: r["rank"]),
+        "also": [{"action": a, "measured": o.to_json()} for a, o in m.also.items()],
+        "plan": None if plan is None else {"actions": list(plan.actions), "rules": list(m.plan_rules),
+                                           "measured": plan.outcome.to_json()},
+        "measurement": m.measured.to_json(),
+    })
+
+
+def _finding(report: Report, rule_id: str) -> Finding:
+    return next(f for f in report.findings if f.rule_id == rule_id)
+
+
+def _finding_outcome(f: Finding, m: AdviceMeasurement) -> Outcome | None:
+    """The outcome shown for a finding: the best measured one among its subjects."""
+    outcomes = [o for r in f.recommendations if (o := m.outcome_of(r)) is not None]
+    timed = [o for o in outcomes if o.speedup is not None]
+    if timed:
+        return max(timed, key=lambda o: o.speedup.value)
+    return outcomes[0] if outcomes else None
+
+
+def speedup_text(o: Outcome | None) -> str:
+    if o is None or o.speedup is None:
+        return "—"
+    s = o.speedup
+    return f"{s.value:.2f}× [{s.low:.2f}–{s.high:.2f}]"
+
+
+def result_text(o: Outcome | None) -> str:
+    if o is None:
+        return "—"
+    if o.status == "passed":
+        return o.verdict
+    return f"{o.status}: {o.reason}"
+
+
+def _gain_pct(frac: float | None) -> str:
+    return "—" if frac is None else f"{100 * frac:.1f}"
+
+
+def _rows(report: Report, m: AdviceMeasurement):
+    by_id = {f.rule_id: f for f in report.findings}
+    for rank, rule_id in enumerate(m.ranking, 1):
+        f = by_id[rule_id]
+        o = _finding_outcome(f, m)
+        action = f.recommendations[0].action
+        measured_gain = o.gain_frac if o is not None and o.status == "passed" else None
+        yield (str(rank), rule_id, f.tier, action, "—" if f.saving_pct is None else f"{f.saving_pct:.1f}",
+               _gain_pct(measured_gain), speedup_text(o), result_text(o))
+
+
+HEADERS = ("#", "rule", "rung", "action", "predicted % step", "measured % step", "speedup [95 % CI]", "result")
+
+
+def measured_table(report: Report, m: AdviceMeasurement) -> Table:
+    table = Table(title="Recommendations, measured in the model (ranked by measured gain)")
+    for col in HEADERS:
+        table.add_column(col, justify="right" if col in ("#", "predicted % step", "measured % step") else "left")
+    for row in _rows(report, m):
+        table.add_row(*row)
+    return table
+
+
+def plan_line(m: AdviceMeasurement) -> str:
+    plan = m.measured.plan
+    if plan is None:
+        return "Plan: nothing measured faster than eager, so there is nothing to combine."
+    o = plan.outcome
+    return (f"Plan ({' + '.join(plan.actions)}): {speedup_text(o)}, {result_text(o)}"
+            + (f", saves {_gain_pct(o.gain_frac)} % of the step" if o.gain_frac is not None else "") + ".")
+
+
+def measurement_lines(m: AdviceMeasurement) -> list[str]:
+    eager = m.measured.eager_step_s
+    lines = [plan_line(m)]
+    for action, o in m.also.items():
+        lines.append(f"Also measured {action}: {speedup_text(o)}, {result_text(o)}.")
+    if eager is not None:
+        lines.append(f"Eager step {eager.value * 1e3:.3f} ms [{eager.low * 1e3:.3f}–{eager.high * 1e3:.3f}]; "
+                     f"timing: {m.measured.timing}; reference: {m.measured.reference}.")
+    return lines
+
+
+def render_measured(report: Report, m: AdviceMeasurement, console: Console) -> None:
+    console.print(measured_table(report, m))
+    for line in measurement_lines(m):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def measured_markdown(report: Report, m: AdviceMeasurement) -> str:
+    cell = lambda text: str(text).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    lines = ["## Measured in the model", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in _rows(report, m)]
+    return "\n".join(lines + [""] + measurement_lines(m)) + "\n"

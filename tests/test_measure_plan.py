@@ -1,0 +1,60 @@
+"""The plan's choice of actions and the measured ranking, on hand-made outcomes."""
+from __future__ import annotations
+
+import pytest
+
+from kernel_advisor.actions import get_action
+from kernel_advisor.measure.advice import rerank
+from kernel_advisor.measure.outcome import Outcome
+from kernel_advisor.measure.plan import choose, conflicts
+from kernel_advisor.recommend.engine import Finding, Recommendation
+from kernel_advisor.trykernel.timing import Estimate
+
+
+def faster(gain: float) -> Outcome:
+    speed = 1 / (1 - gain)  # gain 0.5 of the step is a 2× speedup
+    return Outcome("passed", speedup=Estimate(speed, speed * 0.95, speed * 1.05), gain_frac=gain, verdict="faster")
+
+
+def no_difference() -> Outcome:
+    return Outcome("passed", speedup=Estimate(1.0, 0.97, 1.03), gain_frac=0.0, verdict="no measurable difference")
+
+
+def test_plan_takes_faster_actions_in_ladder_order():
+    outcomes = {"compile": faster(0.6), "sdpa": faster(0.2), "rms_norm_module": faster(0.05),
+                "channels_last": no_difference(), "pad_gemm": Outcome("failed-gate", "output: error")}
+    # library rungs first (sdpa, then rms_norm by gain), compile last; untimed or unfaster ones left out
+    assert choose(outcomes) == ["sdpa", "rms_norm_module", "compile"]
+
+
+@pytest.mark.parametrize("a,b,clash", [
+    ("compile", "compile:reduce-overhead", True),  # one compile mode per plan
+    ("kernel:triton.rms_norm", "compile", True),  # a kernel's launcher would break the graph
+    ("compile", "kernel:triton.softmax", True),
+    ("bf16_autocast", "compile", False),
+    ("sdpa", "rms_norm_module", False),
+])
+def test_conflicts(a, b, clash):
+    assert conflicts(get_action(a), get_action(b)) is clash
+
+
+def test_plan_keeps_the_better_of_two_conflicting_actions():
+    outcomes = {"compile": faster(0.3), "compile:max-autotune-no-cudagraphs": faster(0.35),
+                "kernel:triton.rms_norm": faster(0.1)}
+    assert choose(outcomes) == ["compile:max-autotune-no-cudagraphs"]
+
+
+def _finding(rank: int, rule_id: str, action: str, pct: float) -> Finding:
+    rec = Recommendation(rule_id=rule_id, title=rule_id, tier="library", scope="op", subject=f"row:{rank}",
+                         label="x", message="m", saving_per_step_s=pct / 1e3, saving_pct=pct,
+                         row_saving_per_step_s={}, action=action)
+    return Finding(rank=rank, rule_id=rule_id, title=rule_id, tier="library", saving_per_step_s=pct / 1e3,
+                   saving_pct=pct, recommendations=(rec,))
+
+
+def test_rerank_puts_measured_gains_first_then_predicted_order():
+    findings = [_finding(1, "a", "sdpa", 30), _finding(2, "b", "compile", 20), _finding(3, "c", "none", 10),
+                _finding(4, "d", "pad_gemm", 5)]
+    by_rec = {("a", "row:1"): no_difference(), ("b", "row:2"): faster(0.4),
+              ("c", "row:3"): Outcome("not-measurable", "no action"), ("d", "row:4"): faster(0.1)}
+    assert rerank(findings, by_rec) == ("b", "d", "a", "c")
