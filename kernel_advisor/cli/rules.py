@@ -28,15 +28,15 @@ def list_command(
     rules: Annotated[Optional[list[Path]], typer.Option(
         "--rules", help="Extra rule file or directory to include (repeatable).")] = None,
 ) -> None:
-    """Every rule that `advisor recommend` would apply: id, tier, title, source file."""
+    """Every rule that `advisor recommend` would apply: id, tier, action, source file, title."""
     table = Table(title="Rules")
-    for col in ("id", "tier", "source"):
+    for col in ("id", "tier", "action", "source"):
         table.add_column(col, no_wrap=True)
     table.add_column("title", overflow="fold")
     order = {tier: i for i, tier in enumerate(TIERS)}
     loaded = load_rules(rules or (), kernel_ids=_kernel_ids())
     for rule in sorted(loaded, key=lambda r: order[r.tier]):  # stable: file order within a tier
-        table.add_row(rule.id, rule.tier, f"{Path(rule.source).name}:{rule.line}", rule.title)
+        table.add_row(rule.id, rule.tier, rule.action, f"{Path(rule.source).name}:{rule.line}", rule.title)
     out.print(table)
 
 
