@@ -42,7 +42,6 @@ def check_args(args: MeasureArgs) -> None:
 def measure_and_render(report: Report, doc: dict[str, Any], meta: Mapping[str, Any], run_dir: Path,
                        args: MeasureArgs, fmt: str) -> dict[str, Any]:
     """Measure, print in `fmt`, and return the JSON document with the measurements."""
-    check_args(args)
     loaded, mode, notes = load_run_model(meta, run_dir)
     for note in notes:
         console.warn(note)

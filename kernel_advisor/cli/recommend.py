@@ -19,7 +19,7 @@ from kernel_advisor.recommend.kernels import registry_kernels
 from kernel_advisor.recommend.report import Report, recommend
 from kernel_advisor.recommend.ruleset import load_rules
 from kernel_advisor.render.recommend_render import render_markdown, render_table, report_to_dict
-from kernel_advisor.cli.measure import MeasureArgs, measure_and_render
+from kernel_advisor.cli.measure import MeasureArgs, check_args, measure_and_render
 
 RESULT_FILE = "recommendations.json"
 
@@ -85,6 +85,10 @@ def recommend_command(
         "--region", help="Only ops inside this NVTX / record_function region (name or glob); gains stay % of the whole step; not saved to recommendations.json.")] = None,
 ) -> None:
     """Rank what to do about the hotspots of a profiled run: library, torch.compile, Triton, CUDA, or leave it."""
+    margs = MeasureArgs(measure=measure, top=top, budget_s=budget_s, also=tuple(also or ()), region=region)
+    measuring = measure or bool(also) or budget_s is not None
+    if measuring:
+        check_args(margs)
     run_dir = resolve_run(run)
     loaded = load_run(run_dir)
     if region:
@@ -94,8 +98,7 @@ def recommend_command(
     compile_report = _compile_check(loaded.meta) if check_compile_flag else None
     report = recommend(loaded.ops, loaded.sequence, loaded.meta, rule_set, kernels, compile_report, top)
     doc = report_to_dict(report, str(run_dir))
-    if measure or also or budget_s is not None:
-        margs = MeasureArgs(measure=measure, top=top, budget_s=budget_s, also=tuple(also or ()), region=region)
+    if measuring:
         doc = measure_and_render(report, doc, loaded.meta, Path(run_dir), margs, fmt.value)
     else:
         _emit(report, doc, fmt)

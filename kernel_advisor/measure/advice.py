@@ -45,7 +45,7 @@ def measure_report(report: Report, loaded: LoadedModel, mode: str, options: Meas
     by_rec = {(r.rule_id, r.subject): _outcome_for(r, measured.outcomes, beyond, top)
               for f in report.findings for r in f.recommendations}
     ranking = rerank(report.findings, by_rec)
-    plan_actions = measured.plan.actions if measured.plan else ()
+    plan_actions = measured.plan.actions
     plan_rules = tuple(dict.fromkeys(r.rule_id for f in report.findings for r in f.recommendations
                                      if r.action in plan_actions))
     return AdviceMeasurement(by_rec, {a: measured.outcomes[a] for a in also}, measured, ranking, plan_rules)

@@ -1,10 +1,9 @@
 """Measure actions in the user's real model: gate each against eager, time them interleaved.
 
-`measure_actions` takes the loaded model (the run's device, dtype, mode) and action names,
-cheapest to measure first is not assumed: names come in the order the caller ranks them,
-and when the budget runs short the last ones give way. Then the plan (plan.py) is
-measured the same way against a fresh eager baseline. Every outcome is a record
-(outcome.py); nothing is raised for an action that fails.
+`measure_actions` takes the loaded model (the run's device, dtype, mode) and action names
+in the caller's order of preference: when the budget runs short, the last ones give way.
+Then the plan (plan.py) is measured the same way against a fresh eager baseline. Every
+outcome is a record (outcome.py); nothing is raised for an action that fails.
 """
 from __future__ import annotations
 
@@ -39,7 +38,7 @@ class PlanResult:
 @dataclass(frozen=True)
 class Measured:
     outcomes: dict[str, Outcome]  # by action name
-    plan: PlanResult | None  # None when fewer than one action measured faster
+    plan: PlanResult  # no actions (status not-applied) when none measured faster
     eager_step_s: Estimate | None
     reference: str  # how the gate's reference was computed
     timing: str  # how steps were timed
@@ -81,16 +80,19 @@ def _gate_and_time(loaded, mode, trials: list[Trial], reference, options: Measur
 
 
 def _measure_plan(loaded, mode, outcomes: dict[str, Outcome], reference, options: MeasureOptions,
-                  deadline: Deadline, report: Progress) -> PlanResult | None:
+                  deadline: Deadline, report: Progress) -> PlanResult:
     names = choose(outcomes)
-    if len(names) <= 1:  # one action: its own measurement is the plan's
-        return PlanResult(tuple(names), outcomes[names[0]]) if names else None
+    if not names:
+        return PlanResult((), Outcome("not-applied", "no action measured faster than eager: nothing to combine"))
+    if len(names) == 1:  # one action: its own measurement is the plan's
+        return PlanResult(tuple(names), outcomes[names[0]])
     if deadline.remaining_s() <= 0:
         return PlanResult(tuple(names), deadline.out_of_time())
     trial = prepare_plan(loaded, mode, names)
     try:
         if trial.pending:
-            _gate_and_time(loaded, mode, [trial], reference, options, deadline, report)
+            _gate_and_time(loaded, mode, [trial], reference, options, deadline,
+                           lambda label, done, total: report(f"plan: {label}", done, total))
     finally:
         close_all([trial])
     return PlanResult(tuple(names), trial.outcome)

@@ -24,23 +24,25 @@ def add_measurement(doc: dict[str, Any], report: Report, m: AdviceMeasurement) -
         outcome = m.outcome_of(rec)
         recs.append({**entry, "predicted_rank": entry["rank"], "rank": order[rec.rule_id],
                      "measured": outcome.to_json() if outcome else None})
-    findings = [{**f, "predicted_rank": f["rank"], "rank": order[f["rule_id"]],
-                 "measured_gain_frac": finding_gain(_finding(report, f["rule_id"]), m.by_recommendation)}
-                for f in doc["findings"]]
+    findings = [_finding_entry(f, report, m, order) for f in doc["findings"]]
     plan = m.measured.plan
     return json_safe({
         **doc,
         "findings": sorted(findings, key=lambda f: f["rank"]),
         "recommendations": sorted(recs, key=lambda r: r["rank"]),
         "also": [{"action": a, "measured": o.to_json()} for a, o in m.also.items()],
-        "plan": None if plan is None else {"actions": list(plan.actions), "rules": list(m.plan_rules),
-                                           "measured": plan.outcome.to_json()},
+        "plan": {"actions": list(plan.actions), "rules": list(m.plan_rules), "measured": plan.outcome.to_json()},
         "measurement": m.measured.to_json(),
     })
 
 
-def _finding(report: Report, rule_id: str) -> Finding:
-    return next(f for f in report.findings if f.rule_id == rule_id)
+def _finding_entry(entry: dict[str, Any], report: Report, m: AdviceMeasurement, order: dict) -> dict[str, Any]:
+    """A finding is measured as its best subject: one rule, one action, the whole model timed."""
+    f = next(f for f in report.findings if f.rule_id == entry["rule_id"])
+    outcome = _finding_outcome(f, m)
+    return {**entry, "predicted_rank": entry["rank"], "rank": order[f.rule_id],
+            "measured_gain_frac": finding_gain(f, m.by_recommendation),
+            "measured": outcome.to_json() if outcome else None}
 
 
 def _finding_outcome(f: Finding, m: AdviceMeasurement) -> Outcome | None:
@@ -96,11 +98,20 @@ def measured_table(report: Report, m: AdviceMeasurement) -> Table:
 
 def plan_line(m: AdviceMeasurement) -> str:
     plan = m.measured.plan
-    if plan is None:
-        return "Plan: nothing measured faster than eager, so there is nothing to combine."
+    if not plan.actions:
+        return f"Plan: {plan.outcome.reason}."
     o = plan.outcome
-    return (f"Plan ({' + '.join(plan.actions)}): {speedup_text(o)}, {result_text(o)}"
+    line = (f"Plan ({' + '.join(plan.actions)}): {speedup_text(o)}, {result_text(o)}"
             + (f", saves {_gain_pct(o.gain_frac)} % of the step" if o.gain_frac is not None else "") + ".")
+    best = _best_single(m)
+    if len(plan.actions) > 1 and best is not None and o.speedup is not None and o.speedup.high < best[1].speedup.low:
+        line += f" {best[0]} alone measured faster ({speedup_text(best[1])}): apply it alone."
+    return line
+
+
+def _best_single(m: AdviceMeasurement):
+    timed = [(a, o) for a, o in m.measured.outcomes.items() if o.speedup is not None and o.verdict == "faster"]
+    return max(timed, key=lambda item: item[1].speedup.value, default=None)
 
 
 def measurement_lines(m: AdviceMeasurement) -> list[str]:

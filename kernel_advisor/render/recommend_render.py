@@ -64,7 +64,8 @@ def _rec_dict(rec: Recommendation, rank: int) -> dict[str, Any]:
 def _finding_dict(f: Finding) -> dict[str, Any]:
     return {"rank": f.rank, "rule_id": f.rule_id, "title": f.title, "tier": f.tier,
             "estimated_gain_per_step_s": f.saving_per_step_s, "estimated_gain_frac": _frac(f.saving_pct),
-            "subjects": [r.subject for r in f.recommendations]}
+            "subjects": [r.subject for r in f.recommendations],
+            "actions": list(dict.fromkeys(r.action for r in f.recommendations)), "measured": None}
 
 
 def _hotspot_dict(h: Hotspot) -> dict[str, Any]:

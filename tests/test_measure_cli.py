@@ -1,0 +1,115 @@
+"""`advisor recommend --measure` end to end on CPU: a Llama-like block with naive attention and
+a hand-written RMSNorm is profiled, then every recommendation's action is applied and timed."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from kernel_advisor.cli import app
+
+runner = CliRunner()
+MODEL = os.path.join(os.path.dirname(__file__), "data", "llama_naive.py")
+STATUSES = {"passed", "failed-gate", "not-applied", "not-measurable", "error"}
+
+
+def invoke(*args):
+    return runner.invoke(app, list(map(str, args)))
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """One profile and one measurement shared by the tests below (compiling takes seconds)."""
+    tmp = tmp_path_factory.mktemp("measure")
+    model = tmp / "llama_naive.py"
+    shutil.copy(MODEL, model)
+    run = tmp / "run"
+    result = invoke("profile", model, "--device", "cpu", "--steps", "2", "--warmup", "1", "--out", run)
+    assert result.exit_code == 0, result.output
+    result = invoke("recommend", run, "--measure", "--format", "json")
+    assert result.exit_code == 0, result.output
+    return run, json.loads(result.stdout)
+
+
+def _by_action(doc, action):
+    return [r for r in doc["recommendations"] if r["action"] == action]
+
+
+@pytest.mark.parametrize("action", ["sdpa", "compile"])
+def test_sdpa_and_compile_are_measured_with_intervals(measured, action):
+    _, doc = measured
+    recs = _by_action(doc, action)
+    assert recs, [r["rule_id"] for r in doc["recommendations"]]
+    for rec in recs:
+        m = rec["measured"]
+        assert m["status"] == "passed", m
+        speed = m["speedup"]
+        assert speed["low"] <= speed["value"] <= speed["high"]
+        assert m["verdict"] in ("faster", "slower", "no measurable difference")
+        assert m["gain_frac"] == pytest.approx(1 - m["step_s"]["value"] / doc["measurement"]["eager_step_s"]["value"],
+                                               abs=1e-9)
+
+
+def test_every_recommendation_has_a_status_and_a_reason_when_not_passed(measured):
+    _, doc = measured
+    for rec in doc["recommendations"]:
+        m = rec["measured"]
+        assert m["status"] in STATUSES
+        assert m["status"] == "passed" or m["reason"], rec["rule_id"]
+
+
+def test_plan_is_measured(measured):
+    _, doc = measured
+    plan = doc["plan"]
+    assert plan["measured"]["status"] in STATUSES
+    if len(plan["actions"]) >= 2:  # a combination of its own, gated and timed against eager
+        assert plan["measured"]["status"] == "passed" and plan["measured"]["speedup"] is not None
+    faster = {r["action"] for r in doc["recommendations"] if r["measured"]["verdict"] == "faster"}
+    assert set(plan["actions"]) <= faster
+
+
+def test_ranked_by_measured_gain(measured):
+    _, doc = measured
+    recs = doc["recommendations"]
+    assert [r["rank"] for r in recs] == sorted(r["rank"] for r in recs)
+    faster = [r["measured"]["gain_frac"] for r in recs if r["measured"]["verdict"] == "faster"]
+    assert faster == sorted(faster, reverse=True)
+    n = len(faster)
+    assert all(r["measured"]["verdict"] == "faster" for r in recs[:n])
+
+
+def test_recommendations_json_holds_the_measurement(measured):
+    run, doc = measured
+    saved = json.loads((run / "recommendations.json").read_text())
+    assert saved == doc and saved["schema_version"] == 2
+
+
+def test_json_is_strict(measured):
+    run, _ = measured
+    json.loads((run / "recommendations.json").read_text(), parse_constant=lambda c: pytest.fail(c))
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--also", "compile"], "only apply with --measure"),
+    (["--measure", "--also", "fp4"], "--also fp4: not an action"),
+    (["--measure", "--region", "x*"], "not to a --region"),
+])
+def test_bad_measure_options_are_one_line_exit_1(measured, args, fragment):
+    run, _ = measured
+    result = invoke("recommend", run, *args)
+    assert result.exit_code == 1
+    assert fragment in result.output and "Traceback" not in result.output
+
+
+def test_model_file_gone_is_exit_1(measured, tmp_path):
+    run, _ = measured
+    moved = tmp_path / "run"
+    shutil.copytree(run, moved)
+    meta = json.loads((moved / "run.json").read_text())
+    meta["model"]["file"] = str(tmp_path / "gone.py")
+    (moved / "run.json").write_text(json.dumps(meta))
+    result = invoke("recommend", moved, "--measure")
+    assert result.exit_code == 1 and "gone.py" in result.output

@@ -1,0 +1,64 @@
+"""Measured advice on a CUDA device: the GPU-only actions gate and time in a real model."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+
+import pytest
+import torch
+import torch.nn as nn
+from typer.testing import CliRunner
+
+from kernel_advisor.cli import app
+from kernel_advisor.measure.session import MeasureOptions, measure_actions
+from test_actions import loaded_of
+
+pytestmark = pytest.mark.gpu
+runner = CliRunner()
+MODEL = os.path.join(os.path.dirname(__file__), "data", "llama_naive.py")
+
+
+def _cuda(loaded, dtype=torch.float32):
+    model = loaded.model.to("cuda", dtype)
+    make = loaded.make_inputs
+    return dataclasses.replace(loaded, model=model, device=torch.device("cuda"),
+                               inputs=[t.to("cuda", dtype) for t in make(0)],
+                               make_inputs=lambda s: [t.to("cuda", dtype) for t in make(s)])
+
+
+def _convnet_inputs(seed: int) -> list:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(8, 3, 33, 31, generator=g)]
+
+
+def test_gpu_actions_gate_and_time_on_a_conv_net():
+    net = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+                        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)).eval()
+    loaded = _cuda(loaded_of(net, _convnet_inputs))
+    names = ["cudnn_benchmark", "tf32", "channels_last", "bf16_autocast", "compile:reduce-overhead"]
+    m = measure_actions(loaded, "inference", names, MeasureOptions(reps=10, warmup=2))
+    for name in names:
+        o = m.outcomes[name]
+        assert o.status == "passed", (name, o)
+        assert o.speedup.low <= o.speedup.value <= o.speedup.high
+    assert m.eager_step_s is not None and m.plan.outcome.status in ("passed", "not-applied")
+    assert not torch.backends.cudnn.benchmark  # every flag restored
+
+
+def test_recommend_measure_on_cuda(tmp_path):
+    model = tmp_path / "llama_naive.py"
+    shutil.copy(MODEL, model)
+    run = tmp_path / "run"
+    result = runner.invoke(app, ["profile", str(model), "--device", "cuda", "--dtype", "bfloat16",
+                                 "--steps", "3", "--warmup", "2", "--out", str(run)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["recommend", str(run), "--measure", "--also", "compile:reduce-overhead",
+                                 "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    also = doc["also"][0]["measured"]
+    assert also["status"] == "passed" and also["speedup"]["value"] > 0
+    assert all(r["measured"]["status"] for r in doc["recommendations"])
