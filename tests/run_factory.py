@@ -165,9 +165,14 @@ def gpt_like_ops(region_name: str = "attn", op_name: str = "mylib::fused_rope") 
 
 
 def recommendations_doc(softmax_row_id: int = 1) -> dict:
-    """recommendations.json as render/recommend_render.py writes it (two findings)."""
+    """recommendations.json as `advisor recommend --measure` writes it (two findings, one measured)."""
+    measured = {"status": "passed", "reason": "", "applied": "triton-softmax (aten::_softmax)",
+                "speedup": {"value": 1.21, "low": 1.18, "high": 1.24}, "gain_frac": 0.174, "verdict": "faster",
+                "step_s": {"value": 1.9e-3, "low": 1.85e-3, "high": 1.95e-3}, "gate": None}
     return {
-        "schema_version": 1, "step_s": 0.0023, "total_estimated_gain_per_step_s": 5e-4,
+        "schema_version": 2, "step_s": 0.0023, "total_estimated_gain_per_step_s": 5e-4,
+        "run": {"dir": None, "model": "model.py"}, "findings": [], "hotspots": [],
+        "plan": {"actions": ["kernel:triton-softmax"], "rules": ["fuse-softmax"], "measured": measured},
         "recommendations": [
             {"rank": 1, "rule_id": "fuse-softmax", "tier": "triton", "title": "Fuse the softmax",
              "scope": "op", "subject": f"row:{softmax_row_id}", "label": "aten::_softmax 8×16×512×512",
@@ -179,13 +184,16 @@ def recommendations_doc(softmax_row_id: int = 1) -> dict:
                  {"key": "share_pct", "expected": ">= 5", "actual": 30.0, "ok": True}],
              "evidence": {"row_id": softmax_row_id, "time_per_step_s": 6e-4, "efficiency_frac": 0.05},
              "kernel_id": "triton-softmax", "command": "advisor try-kernel --kernel triton-softmax",
-             "references": ["Liger-Kernel fused softmax"], "caveats": ["forward only"], "source": "builtin"},
+             "references": ["Liger-Kernel fused softmax"], "caveats": ["forward only"], "source": "builtin",
+             "action": "kernel:triton-softmax", "action_reason": "", "measured": measured},
             {"rank": 2, "rule_id": "tf32-matmul", "tier": "library", "title": "Allow TF32 matmuls",
              "scope": "run", "subject": "run", "label": "whole run", "row_ids": [],
              "message": "torch.backends.cuda.matmul.allow_tf32 is off", "estimated_gain_per_step_s": 1e-4,
              "estimated_gain_frac": 0.0435, "row_gain_per_step_s": {}, "gain_model": "none", "gain_basis": "",
              "thresholds": [], "evidence": {"allow_tf32_matmul": False}, "kernel_id": None, "command": None,
-             "references": [], "caveats": [], "source": "builtin"},
+             "references": [], "caveats": [], "source": "builtin", "action": "tf32", "action_reason": "",
+             "measured": {"status": "not-applied", "reason": "TF32 is already on", "applied": "", "speedup": None,
+                          "gain_frac": None, "verdict": "", "step_s": None, "gate": None}},
         ],
     }
 

@@ -46,7 +46,8 @@ def test_recommendations_file_reads_back_through_the_report_reader(run_dir):
     recs = load_recommendations(run_dir)
     top = recs[0]
     assert (top.rule_id, top.tier, top.row_ids) == ("lib-bf16-autocast", "library", (0,))
-    assert top.estimated_gain_s == pytest.approx(3.75e-3) and top.gain_key == "estimated_gain_per_step_s"
+    assert top.estimated_gain_per_step_s == pytest.approx(3.75e-3) and top.action == "bf16_autocast"
+    assert top.measured is None  # filled only by --measure
 
 
 def test_default_run_is_latest_and_table_is_the_default(run_dir):

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from kernel_advisor.analyze.run_extras import Recommendation
+from kernel_advisor.records.recommendations import RecommendationEntry as Recommendation
 from kernel_advisor.collect.rundir import Run
 
 HOTSPOT_SHARE_PCT = 1.0  # "a hotspot": at least this share of the run's device time
@@ -165,10 +165,10 @@ def recommendation_outcomes(recs: Sequence[Recommendation], run_a: Run, deltas: 
             before, after = (float(rows["time_a_s"].sum()), float(rows["time_b_s"].sum())) if keys \
                 else (math.nan, math.nan)
             outcomes.append(RecommendationOutcome(rec.rule_id, rec.title, "ops", len(keys),
-                                                  rec.estimated_gain_s, before, after))
+                                                  rec.estimated_gain_per_step_s, before, after))
         else:
             outcomes.append(RecommendationOutcome(rec.rule_id, rec.title, "run", 0,
-                                                  rec.estimated_gain_s, step_a_s, step_b_s))
+                                                  rec.estimated_gain_per_step_s, step_a_s, step_b_s))
     return tuple(outcomes)
 
 

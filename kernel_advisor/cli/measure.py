@@ -13,6 +13,7 @@ from kernel_advisor.errors import UserInputError
 from kernel_advisor.measure.advice import measure_report
 from kernel_advisor.measure.from_run import load_run_model
 from kernel_advisor.measure.session import MeasureOptions
+from kernel_advisor.records.recommendations import RecommendationsRecord
 from kernel_advisor.recommend.report import Report
 from kernel_advisor.render.measured_render import add_measurement, measured_markdown, render_measured
 from kernel_advisor.render.recommend_render import render_markdown, render_table
@@ -49,7 +50,7 @@ def measure_and_render(report: Report, doc: dict[str, Any], meta: Mapping[str, A
     progress, report_cb = console.step_progress(enabled=True, lines_when_piped=True)
     with progress:
         m = measure_report(report, loaded, mode, options, args.top, args.also, report_cb)
-    doc = add_measurement(doc, report, m)
+    doc = RecommendationsRecord.from_json(add_measurement(doc, report, m)).to_json()
     if fmt == "json":
         sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     elif fmt == "markdown":

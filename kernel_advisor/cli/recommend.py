@@ -17,11 +17,12 @@ from kernel_advisor.errors import GateExceeded, UserInputError
 from kernel_advisor.recommend.explain import CompileReport, check_compile
 from kernel_advisor.recommend.kernels import registry_kernels
 from kernel_advisor.recommend.report import Report, recommend
+from kernel_advisor.records.recommendations import FILE, RecommendationsRecord
 from kernel_advisor.recommend.ruleset import load_rules
 from kernel_advisor.render.recommend_render import render_markdown, render_table, report_to_dict
 from kernel_advisor.cli.measure import MeasureArgs, check_args, measure_and_render
 
-RESULT_FILE = "recommendations.json"
+RESULT_FILE = FILE
 
 
 class OutputFormat(str, Enum):
@@ -44,7 +45,7 @@ def _compile_check(meta: dict) -> CompileReport:
 
 def _emit(report: Report, doc: dict, fmt: OutputFormat) -> None:
     if fmt is OutputFormat.json:
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     elif fmt is OutputFormat.markdown:
         sys.stdout.write(render_markdown(report))
     else:
@@ -97,7 +98,7 @@ def recommend_command(
     rule_set = load_rules(rules or (), kernel_ids={k.id for k in kernels})
     compile_report = _compile_check(loaded.meta) if check_compile_flag else None
     report = recommend(loaded.ops, loaded.sequence, loaded.meta, rule_set, kernels, compile_report, top)
-    doc = report_to_dict(report, str(run_dir))
+    doc = RecommendationsRecord.from_json(report_to_dict(report, str(run_dir))).to_json()
     if measuring:
         doc = measure_and_render(report, doc, loaded.meta, Path(run_dir), margs, fmt.value)
     else:

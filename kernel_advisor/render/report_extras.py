@@ -10,7 +10,8 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from kernel_advisor.analyze.run_extras import Recommendation, TryKernelResults
+from kernel_advisor.analyze.run_extras import TryKernelResults
+from kernel_advisor.records.recommendations import Measured, RecommendationEntry as Recommendation
 from kernel_advisor.render.report_sections import fmt_field, kv_table, median_or_none, missing, num_cell
 from kernel_advisor.render.report_template import Html, h, join
 from kernel_advisor.render.units import fmt_frac_pct, fmt_si, fmt_time_s
@@ -18,9 +19,6 @@ from kernel_advisor.render.units import fmt_frac_pct, fmt_si, fmt_time_s
 CARDS_SHOWN = 10  # the rest are folded: a long tail of small wins should not bury the top ones
 _GOOD_STATUS = ("ok", "pass", "passed", "success", "faster", "correct", "baseline")
 _BAD_STATUS = ("fail", "failed", "error", "incorrect", "slower", "crashed", "timeout")
-# Recommendation fields laid out by the card itself; the rest go to its "more" table.
-_CARD_FIELDS = ("rank", "scope", "subject", "label", "row_ids", "gain_model", "gain_basis", "thresholds",
-                "command", "references", "caveats", "kernel_id", "row_gain_per_step_s")
 
 
 # ---------------------------------------------------------------- recommendations
@@ -28,17 +26,25 @@ _CARD_FIELDS = ("rank", "scope", "subject", "label", "row_ids", "gain_model", "g
 
 def _gain_text(rec: Recommendation, step_s: float | None) -> str:
     parts = []
-    if rec.estimated_gain_s is not None:
-        per_step = "per_step" in (rec.gain_key or "")
-        parts.append(f"{fmt_time_s(rec.estimated_gain_s)}{'/step' if per_step else ''}")
-        frac = rec.estimated_gain_frac
-        if frac is None and per_step and step_s:
-            frac = rec.estimated_gain_s / step_s
-    else:
-        frac = rec.estimated_gain_frac
+    frac = rec.estimated_gain_frac
+    if rec.estimated_gain_per_step_s is not None:
+        parts.append(f"{fmt_time_s(rec.estimated_gain_per_step_s)}/step")
+        if frac is None and step_s:
+            frac = rec.estimated_gain_per_step_s / step_s
     if frac is not None:
         parts.append(f"{fmt_frac_pct(frac, 1)} of the step")
     return "est. gain " + ", ".join(parts) if parts else "no gain estimate"
+
+
+def _measured_text(m: Measured | None) -> str | None:
+    """Predicted beside measured: the card's second headline when `recommend --measure` ran."""
+    if m is None:
+        return None
+    if m.status != "passed" or not m.speedup:
+        return f"measured: {m.status} — {m.reason}"
+    s = m.speedup
+    gain = f", {fmt_frac_pct(m.gain_frac, 1)} of the step" if m.gain_frac is not None else ""
+    return f"measured {s['value']:.2f}× [{s['low']:.2f}–{s['high']:.2f}] ({m.verdict}{gain})"
 
 
 def _thresholds(checks: Any) -> Html | None:
@@ -70,8 +76,8 @@ def _text_list(values: Any, label: str) -> Html | None:
 
 def _where(rec: Recommendation, names: Mapping[int, str]) -> Html:
     ops = [f"{names[r]} (row {r})" for r in rec.row_ids if r in names]
-    label = rec.extra.get("label") or rec.extra.get("subject")
-    kernel = rec.extra.get("kernel_id")
+    label = rec.label or rec.subject
+    kernel = rec.kernel_id
     return join([h("span", "rule "), h("code", rec.rule_id or "–"),
                  h("span", f" · where: {label}") if label else None,
                  h("span", " · ops: " + "; ".join(ops)) if ops else None,
@@ -79,20 +85,21 @@ def _where(rec: Recommendation, names: Mapping[int, str]) -> Html:
 
 
 def _recommendation_card(rec: Recommendation, names: Mapping[int, str], step_s: float | None) -> Html:
-    basis = " — ".join(str(rec.extra[k]) for k in ("gain_model", "gain_basis") if rec.extra.get(k))
-    command = rec.extra.get("command")
-    more = {k: v for k, v in rec.extra.items() if k not in _CARD_FIELDS}
+    basis = " — ".join(v for v in (rec.gain_model, rec.gain_basis) if v)
+    measured = _measured_text(rec.measured)
+    action = f"action: {rec.action}" + (f" ({rec.action_reason})" if rec.action_reason else "")
     return h("article",
              h("header", h("span", rec.tier or "–", class_="badge tier"), h("h3", rec.title),
-               h("span", _gain_text(rec, step_s), class_="gain")),
+               h("span", _gain_text(rec, step_s), class_="gain"),
+               h("span", measured, class_="gain") if measured else None),
              h("p", rec.message) if rec.message else None,
              h("p", _where(rec, names), class_="note"),
              h("p", f"gain model: {basis}", class_="note") if basis else None,
-             h("pre", h("code", command)) if command else None,
-             _text_list(rec.extra.get("caveats"), "caveats"),
-             _thresholds(rec.extra.get("thresholds")), _evidence(rec.evidence),
-             _text_list(rec.extra.get("references"), "references"),
-             h("details", h("summary", "more"), kv_table(more)) if more else None, class_="rec")
+             h("p", action, class_="note"),
+             h("pre", h("code", rec.command)) if rec.command else None,
+             _text_list(list(rec.caveats), "caveats"),
+             _thresholds(list(rec.thresholds)), _evidence(rec.evidence),
+             _text_list(list(rec.references), "references"), class_="rec")
 
 
 def recommendations_section(recs: tuple[Recommendation, ...] | None, ops: pd.DataFrame,

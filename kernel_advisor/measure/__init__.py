@@ -1,0 +1,1 @@
+"""Measured advice: actions gated against eager and timed interleaved in the real model."""
