@@ -10,12 +10,11 @@ from typing import Any, Mapping
 from kernel_advisor import actions
 from kernel_advisor.cli import console
 from kernel_advisor.errors import UserInputError
-from kernel_advisor.measure.advice import measure_report
+from kernel_advisor.api import measure_document
 from kernel_advisor.measure.from_run import load_run_model
 from kernel_advisor.measure.session import MeasureOptions
-from kernel_advisor.records.recommendations import RecommendationsRecord
 from kernel_advisor.recommend.report import Report
-from kernel_advisor.render.measured_render import add_measurement, measured_markdown, render_measured
+from kernel_advisor.render.measured_render import measured_markdown, render_measured
 from kernel_advisor.render.recommend_render import render_markdown, render_table
 
 
@@ -49,8 +48,7 @@ def measure_and_render(report: Report, doc: dict[str, Any], meta: Mapping[str, A
     options = MeasureOptions(budget_s=args.budget_s)
     progress, report_cb = console.step_progress(enabled=True, lines_when_piped=True)
     with progress:
-        m = measure_report(report, loaded, mode, options, args.top, args.also, report_cb)
-    doc = RecommendationsRecord.from_json(add_measurement(doc, report, m)).to_json()
+        doc, m = measure_document(report, doc, loaded, mode, options, args.top, args.also, report_cb)
     if fmt == "json":
         sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     elif fmt == "markdown":

@@ -12,17 +12,14 @@ import typer
 from kernel_advisor.analyze.regions import region_view
 from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.cli.console import out
-from kernel_advisor.collect.rundir import load_run, resolve_run, write_json_atomic
+from kernel_advisor.collect.rundir import load_run, resolve_run
 from kernel_advisor.errors import GateExceeded, UserInputError
 from kernel_advisor.recommend.explain import CompileReport, check_compile
-from kernel_advisor.recommend.kernels import registry_kernels
-from kernel_advisor.recommend.report import Report, recommend
-from kernel_advisor.records.recommendations import FILE, RecommendationsRecord
-from kernel_advisor.recommend.ruleset import load_rules
-from kernel_advisor.render.recommend_render import render_markdown, render_table, report_to_dict
+from kernel_advisor.render.recommend_render import render_markdown, render_table
+from kernel_advisor.api import recommendations_document, save_recommendations
+from kernel_advisor.recommend.report import Report
 from kernel_advisor.cli.measure import MeasureArgs, check_args, measure_and_render
 
-RESULT_FILE = FILE
 
 
 class OutputFormat(str, Enum):
@@ -94,15 +91,12 @@ def recommend_command(
     loaded = load_run(run_dir)
     if region:
         loaded = region_view(loaded, region)
-    kernels = registry_kernels()
-    rule_set = load_rules(rules or (), kernel_ids={k.id for k in kernels})
     compile_report = _compile_check(loaded.meta) if check_compile_flag else None
-    report = recommend(loaded.ops, loaded.sequence, loaded.meta, rule_set, kernels, compile_report, top)
-    doc = RecommendationsRecord.from_json(report_to_dict(report, str(run_dir))).to_json()
+    report, doc = recommendations_document(loaded, rules, top, compile_report)
     if measuring:
         doc = measure_and_render(report, doc, loaded.meta, Path(run_dir), margs, fmt.value)
     else:
         _emit(report, doc, fmt)
     if not region:  # a region's view must not replace the whole run's saved plan
-        write_json_atomic(Path(run_dir) / RESULT_FILE, doc)
+        save_recommendations(Path(run_dir), doc)
     _gate(report, fail_if_gain_above)

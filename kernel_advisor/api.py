@@ -1,0 +1,158 @@
+"""The Python API: profile → recommend (→ measure) → report, from a notebook or a script.
+
+    import kernel_advisor as ka
+    run = ka.profile(model, [x], device="cuda", dtype="bfloat16", steps=5, warmup=3)
+    run.ops.head()                      # one row per op: time, FLOPs, bytes, roofline verdict
+    recs = run.recommend(measure=True)  # ranked; each with its action measured in the model
+    run.report("report.html")
+    ka.load(run.path)                   # re-open it later
+
+This module orchestrates the layers (collect → analyze → recommend → measure → render);
+the CLI is a thin layer over the same functions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import pandas as pd
+
+from kernel_advisor.collect.in_memory import Inputs, loaded_from_module
+from kernel_advisor.collect.loader import LoadedModel, load_model
+from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
+from kernel_advisor.collect.pipeline import import_to_run, profile_to_run
+from kernel_advisor.collect.rundir import default_run_dir, load_run, write_json_atomic
+from kernel_advisor.measure.advice import AdviceMeasurement, measure_report
+from kernel_advisor.measure.from_run import load_run_model
+from kernel_advisor.measure.session import MeasureOptions
+from kernel_advisor.records.recommendations import FILE, RecommendationEntry, RecommendationsRecord
+from kernel_advisor.recommend.explain import CompileReport
+from kernel_advisor.recommend.kernels import registry_kernels
+from kernel_advisor.recommend.report import Report, recommend as recommend_report
+from kernel_advisor.recommend.ruleset import load_rules
+from kernel_advisor.render.html_report import write_report
+from kernel_advisor.render.measured_render import add_measurement
+from kernel_advisor.render.recommend_render import report_to_dict
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class Run:
+    """A run directory: `ops` (one row per op), `sequence` (every call in order), `meta` (run.json)."""
+
+    path: Path
+    meta: dict
+    ops: pd.DataFrame
+    sequence: pd.DataFrame
+    _loaded: LoadedModel | None = field(default=None, repr=False)  # the in-memory model, when profiled here
+
+    def recommend(self, rules: Sequence[str | Path] | None = None, measure: bool = False, *, top: int = 10,
+                  budget_s: float | None = None, also: Sequence[str] = (),
+                  progress: Progress | None = None) -> list[RecommendationEntry]:
+        """Ranked recommendations (also written to RUN/recommendations.json).
+
+        With `measure=True` each action is applied to the model, gated and timed (docs/measure.md)
+        and the list is ranked by measured gain.
+        """
+        report, doc = recommendations_document(self, rules, top)
+        if measure:
+            loaded, mode = self.model()
+            doc, _ = measure_document(report, doc, loaded, mode, MeasureOptions(budget_s=budget_s), top, also,
+                                      progress)
+        return list(save_recommendations(self.path, doc).recommendations)
+
+    def model(self) -> tuple[LoadedModel, str]:
+        """The model as profiled (in memory, or re-loaded from the file run.json names), and the mode."""
+        if self._loaded is not None:
+            return self._loaded, self.meta["args"]["mode"]
+        loaded, mode, _ = load_run_model(self.meta, self.path)
+        return loaded, mode
+
+    def report(self, path: str | Path) -> Path:
+        """A self-contained HTML report of the run (with its recommendations, once made)."""
+        return write_report(load_run(self.path), Path(path)).path
+
+    def try_kernels(self, kernel_ids: Sequence[str] = (), *, together: bool = False, draws: int = 3,
+                    reps: int = 30, warmup: int = 3, compile: bool = True, progress: Progress | None = None):
+        """Substitute bundled kernels into the model, gate and time them (as `advisor try-kernel`)."""
+        from kernel_advisor.trykernel.driver import run_try_kernel  # NB: imports the kernels only when asked
+        from kernel_advisor.trykernel.sets import TryOptions
+
+        loaded, mode = self.model()
+        options = TryOptions(mode=mode, draws=draws, reps=reps, warmup=warmup, compile=compile)
+        args = {"kernel_ids": list(kernel_ids), "all": together, "mode": mode}
+        return run_try_kernel(loaded, list(kernel_ids), together, None, None, self.path, options, args,
+                              progress).report
+
+
+def profile(model: Any, inputs: Inputs, *, device: str = "auto", dtype: str = "keep", mode: str = "inference",
+            steps: int = 5, warmup: int = 3, out: str | Path | None = None, loss_fn: Callable | None = None,
+            seed: int = 0, progress: Progress | None = None) -> Run:
+    """Profile an in-memory model. `inputs`: a list of tensors, or a function drawing a fresh list."""
+    loaded = loaded_from_module(model, inputs, device=device, dtype=dtype, loss_fn=loss_fn, seed=seed)
+    return _profile_loaded(loaded, type(model).__name__, dtype, mode, steps, warmup, out, seed, progress)
+
+
+def profile_file(path: str | Path, *, entry: str | None = None, device: str = "auto", dtype: str = "keep",
+                 mode: str = "inference", steps: int = 5, warmup: int = 3, out: str | Path | None = None,
+                 seed: int = 0, progress: Progress | None = None) -> Run:
+    """Profile a model file (KernelBench convention, or `entry` returning (model, inputs))."""
+    with mirror_user_nvtx():  # @nvtx.annotate decorators are applied when the file is imported
+        loaded = load_model(path, entry=entry, device=device, dtype=dtype, seed=seed)
+    return _profile_loaded(loaded, loaded.path.stem, dtype, mode, steps, warmup, out, seed, progress, entry)
+
+
+def import_trace(path: str | Path, *, mode: str = "inference", out: str | Path | None = None) -> Run:
+    """A torch.profiler / Kineto trace captured elsewhere, attributed and analysed as a run."""
+    trace = Path(path)
+    run_dir = Path(out) if out is not None else default_run_dir(trace.name.split(".")[0])
+    run_dir, _ = import_to_run(trace, {"mode": mode, "source_trace": str(trace)}, run_dir)
+    return load(run_dir)
+
+
+def load(run_dir: str | Path) -> Run:
+    """Re-open a run directory written by `profile`, `profile_file`, `import_trace` or the CLI."""
+    run = load_run(run_dir)
+    return Run(run.path, run.meta, run.ops, run.sequence)
+
+
+def _profile_loaded(loaded: LoadedModel, stem: str, dtype: str, mode: str, steps: int, warmup: int,
+                    out, seed: int, progress: Progress | None, entry: str | None = None) -> Run:
+    from kernel_advisor.collect.profiler import validate_counts
+
+    validate_counts(warmup, steps)
+    run_dir = Path(out) if out is not None else default_run_dir(stem)
+    args = {"device": loaded.device.type, "mode": mode, "dtype": dtype, "warmup": warmup, "steps": steps,
+            "seed": seed, "entry": entry}
+    run_dir, _ = profile_to_run(loaded, args, run_dir, progress)
+    run = load(run_dir)
+    run._loaded = loaded  # measuring and trying kernels reuse it; `load()` re-loads from the file instead
+    return run
+
+
+# ---------------------------------------------------------------- shared with the CLI
+
+
+def recommendations_document(run, rules: Sequence[str | Path] | None, top: int,
+                             compile_report: CompileReport | None = None) -> tuple[Report, dict]:
+    """The ranked Report and its JSON document (schema: records/recommendations.py)."""
+    kernels = registry_kernels()
+    rule_set = load_rules([Path(r) for r in rules or ()], kernel_ids={k.id for k in kernels})
+    report = recommend_report(run.ops, run.sequence, run.meta, rule_set, kernels, compile_report, top)
+    return report, RecommendationsRecord.from_json(report_to_dict(report, str(run.path))).to_json()
+
+
+def measure_document(report: Report, doc: Mapping, loaded: LoadedModel, mode: str, options: MeasureOptions,
+                     top: int, also: Sequence[str] = (),
+                     progress: Progress | None = None) -> tuple[dict, AdviceMeasurement]:
+    """Every recommendation's action measured in the model; the document ranked by measured gain."""
+    m = measure_report(report, loaded, mode, options, top, also, progress)
+    return RecommendationsRecord.from_json(add_measurement(dict(doc), report, m)).to_json(), m
+
+
+def save_recommendations(run_dir: Path, doc: Mapping) -> RecommendationsRecord:
+    record = RecommendationsRecord.from_json(doc)
+    write_json_atomic(Path(run_dir) / FILE, record.to_json())
+    return record

@@ -1,0 +1,70 @@
+"""The Python API as a notebook uses it: profile an in-memory module, recommend, measure, reload."""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pandas as pd
+import pytest
+import torch
+import torch.nn as nn
+
+import kernel_advisor as ka
+from kernel_advisor.errors import UserInputError
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+
+
+def _llama():
+    spec = importlib.util.spec_from_file_location("llama_naive_api", os.path.join(DATA, "llama_naive.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    llama = _llama()
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("api") / "run"
+    return ka.profile(llama.Model(), llama.get_inputs, device="cpu", steps=2, warmup=1, out=out)
+
+
+def test_profile_returns_a_run_with_flops(run):
+    assert isinstance(run.ops, pd.DataFrame) and len(run.ops)
+    linear = run.ops[run.ops["name"] == "aten::linear"]
+    # qkv: 2 · (2·64 rows) · 128 · 384 = 12,582,912 FLOPs per call, among the linear rows
+    assert 2 * 2 * 64 * 128 * 384 in set(linear["flops"].astype(int))
+    assert run.meta["args"]["device"] == "cpu" and (run.path / "run.json").is_file()
+
+
+def test_recommend_is_ranked_with_rule_ids(run):
+    recs = run.recommend()
+    assert recs and all(r.rule_id for r in recs)
+    assert [r.rank for r in recs] == sorted(r.rank for r in recs)
+    assert {"lib-sdpa", "lib-rms-norm"} <= {r.rule_id for r in recs}
+    assert (run.path / "recommendations.json").is_file()
+
+
+def test_load_reopens_the_run(run):
+    again = ka.load(run.path)
+    assert again.meta == run.meta
+    pd.testing.assert_frame_equal(again.ops, run.ops)
+
+
+def test_recommend_measure_uses_the_in_memory_model(run):
+    recs = run.recommend(measure=True, top=1)  # top 1: lib-sdpa; the rest say they were outside --top
+    sdpa = next(r for r in recs if r.action == "sdpa")
+    assert sdpa.measured.status == "passed" and sdpa.measured.speedup["low"] <= sdpa.measured.speedup["high"]
+    others = [r for r in recs if r.action not in ("sdpa", "none")]
+    assert others and all(r.measured.status == "not-measurable" and "--top" in r.measured.reason for r in others)
+
+
+def test_report_writes_html(run, tmp_path):
+    path = run.report(tmp_path / "r.html")
+    assert path.read_text(encoding="utf-8").lower().startswith("<!doctype html>")
+
+
+def test_bad_inputs_are_one_clear_error():
+    with pytest.raises(UserInputError, match="inputs must be a list of tensors"):
+        ka.profile(nn.Linear(2, 2), ["not a tensor"], device="cpu")
