@@ -125,7 +125,7 @@ def get_kernel(kernel_id: str) -> KernelSpec:
         if spec.id == kernel_id:
             return spec
     known = ", ".join(s.id for s in all_kernels())
-    from kernel_advisor.errors import UserInputError
+    from reference_kernels.errors import KernelInputError
 
-    raise UserInputError(f"unknown kernel id '{kernel_id}'",
+    raise KernelInputError(f"unknown kernel id '{kernel_id}'",
                          f"choose one of: {known} (see `advisor kernels`)")

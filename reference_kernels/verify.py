@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from kernel_advisor.errors import EnvironmentCapabilityError
+from reference_kernels.errors import KernelUnavailableError
 from reference_kernels.registry import KernelSpec
 from reference_kernels.triton.cases import FAMILIES, Call, family_name
 
@@ -92,7 +92,7 @@ def prepare_backend(spec: KernelSpec, device: str) -> None:
 
 
 def _refuse_interpreter() -> None:
-    raise EnvironmentCapabilityError(
+    raise KernelUnavailableError(
         "triton was imported in this process without TRITON_INTERPRET=1, so Triton kernels "
         "cannot run on the CPU here",
         "rerun with TRITON_INTERPRET=1 in the environment (e.g. TRITON_INTERPRET=1 advisor "
@@ -103,11 +103,11 @@ def verify_kernel(spec: KernelSpec, device: str = "cuda", case_list: str | None 
                   seed: int = 0) -> VerifyResult:
     """Run every check of `spec` on `device`; `case_list` ("cpu"/"cuda") defaults to the device's.
 
-    Raises EnvironmentCapabilityError when the kernel cannot run here at all.
+    Raises KernelUnavailableError when the kernel cannot run here at all.
     """
     reason = spec.reason_if_unsatisfied(device)
     if reason:
-        raise EnvironmentCapabilityError(f"{spec.id} cannot run on {device}: {reason}",
+        raise KernelUnavailableError(f"{spec.id} cannot run on {device}: {reason}",
                                          "run on a machine that has it, or pick another kernel")
     prepare_backend(spec, device)
     name = family_name(spec.id)

@@ -24,7 +24,7 @@ import torch
 # monkeypatches torch.version.cuda, or every later build in this process finds no toolkit.
 import torch.utils.cpp_extension  # noqa: F401
 
-from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
+from reference_kernels.errors import KernelInputError, KernelUnavailableError
 from reference_kernels.cuda import bias_act as cuda_bias_act
 from reference_kernels.cuda import build, norms, reference
 from reference_kernels.cuda import softmax as cuda_softmax
@@ -163,7 +163,7 @@ def _pretend_gpu(monkeypatch, capability=(9, 0), cuda="13.0"):
 
 def test_load_extension_without_cuda_build_names_the_problem(monkeypatch):
     monkeypatch.setattr(torch.version, "cuda", None)
-    with pytest.raises(EnvironmentCapabilityError, match="no CUDA support") as info:
+    with pytest.raises(KernelUnavailableError, match="no CUDA support") as info:
         build.load_extension()
     assert info.value.fix
 
@@ -171,20 +171,20 @@ def test_load_extension_without_cuda_build_names_the_problem(monkeypatch):
 def test_load_extension_without_gpu_names_the_problem(monkeypatch):
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(EnvironmentCapabilityError, match="no CUDA GPU"):
+    with pytest.raises(KernelUnavailableError, match="no CUDA GPU"):
         build.load_extension()
 
 
 def test_load_extension_without_nvcc_names_nvcc(monkeypatch):
     _pretend_gpu(monkeypatch)
     monkeypatch.setattr(build, "find_nvcc", lambda: None)
-    with pytest.raises(EnvironmentCapabilityError, match="nvcc was not found"):
+    with pytest.raises(KernelUnavailableError, match="nvcc was not found"):
         build.load_extension()
 
 
 def test_load_extension_refuses_old_gpus(monkeypatch):
     _pretend_gpu(monkeypatch, capability=(6, 1))
-    with pytest.raises(EnvironmentCapabilityError, match="6.1"):
+    with pytest.raises(KernelUnavailableError, match="6.1"):
         build.load_extension()
 
 
@@ -200,7 +200,7 @@ def test_build_failure_names_first_error_and_keeps_log(monkeypatch, tmp_path):
         raise RuntimeError("Error building extension 'ka': " + NVCC_LOG)
 
     monkeypatch.setattr(cpp_extension, "load", failing_load)
-    with pytest.raises(EnvironmentCapabilityError, match="row_maxx") as info:
+    with pytest.raises(KernelUnavailableError, match="row_maxx") as info:
         build.load_extension()
     log_path = tmp_path / build.extension_name((9, 0)) / build.BUILD_LOG_NAME
     assert str(log_path) in info.value.fix
@@ -234,7 +234,7 @@ BAD_CALLS = [
 
 @pytest.mark.parametrize("case, call, message", BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
 def test_wrappers_reject_bad_input_before_building(case, call, message):
-    with pytest.raises(UserInputError, match=message) as info:
+    with pytest.raises(KernelInputError, match=message) as info:
         call()
     assert info.value.fix
     assert build.load_extension.cache_info().currsize == 0

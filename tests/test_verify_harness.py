@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from kernel_advisor.errors import EnvironmentCapabilityError
+from reference_kernels.errors import KernelUnavailableError
 from reference_kernels import verify
 from reference_kernels.registry import Capability, KernelSpec
 from reference_kernels.triton.cases import FAMILIES
@@ -173,7 +173,7 @@ def test_unknown_family_fails_with_a_fix():
 
 def test_unmet_capability_raises():
     spec = fake_spec("good_softmax", capability=Capability(backend="cuda", needs_gpu=True))
-    with pytest.raises(EnvironmentCapabilityError):
+    with pytest.raises(KernelUnavailableError):
         verify.verify_kernel(spec, "cpu")
 
 
@@ -244,7 +244,7 @@ def test_prepare_backend_sets_or_refuses_the_interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     monkeypatch.setitem(sys.modules, "triton", sys.modules.get("triton", object()))
     monkeypatch.delitem(sys.modules, "reference_kernels.triton._common", raising=False)
-    with pytest.raises(EnvironmentCapabilityError, match="TRITON_INTERPRET=1"):
+    with pytest.raises(KernelUnavailableError, match="TRITON_INTERPRET=1"):
         verify.prepare_backend(spec, "cpu")
     monkeypatch.delitem(sys.modules, "triton")
     verify.prepare_backend(spec, "cpu")

@@ -10,7 +10,10 @@ from typing import Annotated, Callable, TypeVar
 import typer
 from typer.core import TyperGroup
 
-from kernel_advisor.errors import EXIT_CODE_HELP, AdvisorError, ExitCode
+from reference_kernels.errors import KernelInputError, KernelUnavailableError
+
+from kernel_advisor.errors import (EXIT_CODE_HELP, AdvisorError, EnvironmentCapabilityError, ExitCode,
+                                   UserInputError)
 
 F = TypeVar("F", bound=Callable)
 # Newer typer vendors its own click; take the classes from typer's own exceptions.
@@ -92,6 +95,12 @@ def fail(message: str, code: int) -> None:
     raise typer.Exit(code)
 
 
+def kernel_error(e: KernelInputError | KernelUnavailableError) -> AdvisorError:
+    """A reference kernel's refusal as our error: bad input is exit 1, a missing capability exit 2."""
+    kind = UserInputError if isinstance(e, KernelInputError) else EnvironmentCapabilityError
+    return kind(e.message, e.fix)
+
+
 def guarded(fn: F) -> F:
     """Turn every exception into one stderr line and a documented exit code."""
 
@@ -105,6 +114,11 @@ def guarded(fn: F) -> F:
             if debug_enabled():
                 traceback.print_exc()
             fail(e.one_line(), int(e.exit_code))
+        except (KernelInputError, KernelUnavailableError) as e:
+            if debug_enabled():
+                traceback.print_exc()
+            ours = kernel_error(e)
+            fail(ours.one_line(), int(ours.exit_code))
         except KeyboardInterrupt:
             fail("interrupted — nothing partial was kept; the last complete run is unchanged", 130)
         except Exception as e:  # noqa: BLE001 - the last line of defence is the point

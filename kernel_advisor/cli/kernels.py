@@ -133,7 +133,7 @@ def verify_cmd(
 def _selected(ids: list[str] | None, device: str) -> list[KernelSpec]:
     """The named kernels (all must run here), or every kernel that can run here."""
     if ids:
-        specs = [get_kernel(i) for i in ids]  # UserInputError (exit 1) for an unknown id
+        specs = [get_kernel(i) for i in ids]  # KernelInputError (exit 1 through guarded) for an unknown id
         for spec in specs:
             reason = spec.reason_if_unsatisfied(device)
             if reason:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from kernel_advisor.errors import UserInputError
+from reference_kernels.errors import KernelInputError
 from reference_kernels.cuda._checks import check_input, check_on_cuda, check_param
 from reference_kernels.cuda.build import load_extension
 
@@ -18,11 +18,11 @@ def bias_act(x: torch.Tensor, bias: torch.Tensor, act: str) -> torch.Tensor:
     x's dtype first, so fp16/bf16 results can differ from eager by one rounding.
     """
     if act not in ACTIVATIONS:
-        raise UserInputError(f"cuda.bias_act: unknown activation {act!r}",
+        raise KernelInputError(f"cuda.bias_act: unknown activation {act!r}",
                              f"choose one of {', '.join(ACTIVATIONS)}")
     check_input(x, f"cuda.bias_{act}")
     if bias is None:
-        raise UserInputError(f"cuda.bias_{act}: bias is None", "pass the per-column bias")
+        raise KernelInputError(f"cuda.bias_{act}: bias is None", "pass the per-column bias")
     check_param(bias, x, (x.shape[-1],), "bias", f"cuda.bias_{act}")
     check_on_cuda(x, f"cuda.bias_{act}")
     return load_extension().bias_act(x, bias, ACTIVATIONS[act])
@@ -31,7 +31,7 @@ def bias_act(x: torch.Tensor, bias: torch.Tensor, act: str) -> torch.Tensor:
 def bias_gelu(x: torch.Tensor, bias: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """F.gelu(x + bias, approximate=approximate), fused."""
     if approximate not in ("none", "tanh"):
-        raise UserInputError(f"cuda.bias_gelu: approximate={approximate!r}",
+        raise KernelInputError(f"cuda.bias_gelu: approximate={approximate!r}",
                              "pass approximate='none' or 'tanh' (as F.gelu)")
     return bias_act(x, bias, "gelu" if approximate == "none" else "gelu_tanh")
 

@@ -18,7 +18,7 @@ from types import ModuleType
 
 import torch
 
-from kernel_advisor.errors import EnvironmentCapabilityError
+from reference_kernels.errors import KernelUnavailableError
 
 SOURCE_DIR = Path(__file__).resolve().parent
 CUDA_SOURCES: tuple[str, ...] = ("softmax.cu", "norms.cu", "bias_act.cu")
@@ -117,12 +117,12 @@ def build_directory(name: str) -> Path:
 def load_extension() -> ModuleType:
     """Builds (first call, about a minute) or loads the extension; cached per process.
 
-    Raises EnvironmentCapabilityError when there is no GPU, nvcc or ninja, and when the build
+    Raises KernelUnavailableError when there is no GPU, nvcc or ninja, and when the build
     fails, naming the first compiler error and the full log's path.
     """
     reason = unavailable_reason()
     if reason is not None:
-        raise EnvironmentCapabilityError(*reason)
+        raise KernelUnavailableError(*reason)
     from torch.utils.cpp_extension import load
 
     capability = torch.cuda.get_device_capability()
@@ -137,11 +137,11 @@ def load_extension() -> ModuleType:
         raise _build_error(exc, build_dir) from exc
 
 
-def _build_error(exc: BaseException, build_dir: Path) -> EnvironmentCapabilityError:
+def _build_error(exc: BaseException, build_dir: Path) -> KernelUnavailableError:
     log = str(exc)
     log_path = build_dir / BUILD_LOG_NAME
     log_path.write_text(log)
-    return EnvironmentCapabilityError(
+    return KernelUnavailableError(
         f"building the CUDA reference kernels failed: {_log_summary(log, exc)}",
         f"full build log: {log_path}; check that nvcc ({find_nvcc()}) matches torch's "
         f"CUDA {torch.version.cuda}")
