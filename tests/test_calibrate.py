@@ -6,7 +6,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from kernel_advisor.analyze import calibrate as K
+from kernel_advisor.hardware import calibrate as K
 from kernel_advisor.analyze.ceilings import match_device, read_measured, resolve_ceilings
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
 

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from kernel_advisor.analyze import calibrate as K
+from kernel_advisor.hardware import calibrate as K
 from kernel_advisor.analyze.ceilings import MeasuredCeilings
 from kernel_advisor.distributed.interconnect import NO_CEILING, bus_ceiling, per_direction_bytes_per_s
 

@@ -7,7 +7,7 @@ import torch
 from typer.testing import CliRunner
 
 import kernel_advisor.cli
-from kernel_advisor.analyze.calibrate import measure_allreduce
+from kernel_advisor.hardware.calibrate import measure_allreduce
 from kernel_advisor.analyze.ceilings import match_device
 from kernel_advisor.collect.rundir import read_table
 from kernel_advisor.distributed.interconnect import per_direction_bytes_per_s

@@ -10,9 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel_advisor.distributed.comms import (
-    COMM_COLUMNS, algbw_bytes_per_s, busbw_bytes_per_s, busbw_factor, kernel_collective, message_bytes,
-    normalise_collective)
+from kernel_advisor.analyze.collectives import algbw_bytes_per_s, busbw_bytes_per_s, busbw_factor
+from kernel_advisor.distributed.comms import COMM_COLUMNS, kernel_collective, message_bytes, normalise_collective
 from kernel_advisor.distributed.merge import STRAGGLER_MIN_RATIO, RankResult, merge_ranks, straggler_ratio
 from kernel_advisor.distributed.overlap import (
     Overlap, comm_overlap, covered_length, intersection_length, merge_intervals)

@@ -9,7 +9,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kernel_advisor.analyze.calibrate import (
+from kernel_advisor.hardware.calibrate import (
     Calibration, calibrate, local_device_identity, read_calibration, resolve_device, write_cache,
 )
 from kernel_advisor.analyze.ceilings import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernel_advisor.analyze.calibrate import read_calibration
+from kernel_advisor.hardware.calibrate import read_calibration
 from kernel_advisor.analyze.ceilings import match_device
 
 

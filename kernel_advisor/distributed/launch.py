@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from kernel_advisor.analyze.calibrate import NCCL_SAFE_ENV
+from kernel_advisor.hardware.calibrate import NCCL_SAFE_ENV
 from kernel_advisor.collect.rundir import RunWriter
 from kernel_advisor.distributed.assemble import assemble_run, check_ranks_complete, rank_dir_name
 from kernel_advisor.distributed.rank_output import RANK_FILES

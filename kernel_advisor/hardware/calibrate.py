@@ -23,7 +23,7 @@ from kernel_advisor.analyze.ceilings import (
     MeasuredCeilings, cache_file, read_cache,
 )
 from kernel_advisor.collect.environment import device_info
-from kernel_advisor.distributed.comms import algbw_bytes_per_s, busbw_bytes_per_s
+from kernel_advisor.analyze.collectives import algbw_bytes_per_s, busbw_bytes_per_s
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
 
 MIB = 2**20
