@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 
 from kernel_advisor.collect.loader import load_model
-from kernel_advisor.collect.pipeline import profile_to_run
+from kernel_advisor.pipeline import profile_to_run
 from kernel_advisor.collect.rundir import load_run
 
 REPO = Path(__file__).resolve().parent.parent

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from kernel_advisor.collect.loader import load_model
-from kernel_advisor.collect.pipeline import profile_to_run
+from kernel_advisor.pipeline import profile_to_run
 from kernel_advisor.collect.rundir import load_run
 from kernel_advisor.recommend.kernels import registry_kernels
 from kernel_advisor.recommend.report import recommend

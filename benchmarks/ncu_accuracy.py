@@ -48,7 +48,7 @@ def run_workload() -> None:
 def our_kernels(out: Path) -> list[dict]:
     """Kernels of one profiled step in launch order, each with its row's verdict."""
     from kernel_advisor.collect.loader import load_model
-    from kernel_advisor.collect.pipeline import profile_to_run
+    from kernel_advisor.pipeline import profile_to_run
     from kernel_advisor.collect.rundir import load_run
     from kernel_advisor.collect.trace_reader import read_trace
 

@@ -21,7 +21,7 @@ import pandas as pd
 from kernel_advisor.collect.in_memory import Inputs, loaded_from_module
 from kernel_advisor.collect.loader import LoadedModel, load_model
 from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
-from kernel_advisor.collect.pipeline import import_to_run, profile_to_run
+from kernel_advisor.pipeline import import_to_run, profile_to_run
 from kernel_advisor.collect.rundir import default_run_dir, load_run, write_json_atomic
 from kernel_advisor.measure.advice import AdviceMeasurement, measure_report
 from kernel_advisor.measure.from_run import load_run_model

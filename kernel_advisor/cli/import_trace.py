@@ -9,7 +9,7 @@ import typer
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.cli.options import Mode
-from kernel_advisor.collect.pipeline import import_to_run
+from kernel_advisor.pipeline import import_to_run
 from kernel_advisor.collect.rundir import default_run_dir, load_run
 from kernel_advisor.errors import UserInputError
 from kernel_advisor.render.profile_render import hotspot_table, profile_json, summary_line

@@ -1,6 +1,6 @@
 """What one rank leaves in rank<r>/: its analyzed tables, trace, collective calls and rank.json.
 
-rank.json has run.json's schema (pipeline.profile_meta builds both) plus a "rank" key,
+rank.json has run.json's schema (collect/run_meta.py builds both) plus a "rank" key,
 so the merged run.json is rank 0's with the "distributed" summary added.
 """
 from __future__ import annotations
@@ -14,15 +14,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kernel_advisor.analyze.apply import analyze_ops
-from kernel_advisor.collect.attribute import attribute, step_windows
+from kernel_advisor.collect.attribute import step_windows
 from kernel_advisor.collect.loader import LoadedModel
-from kernel_advisor.collect.pipeline import profile_meta  # the one builder of run.json's schema
 from kernel_advisor.collect.profiler import Capture
 from kernel_advisor.collect.rundir import write_json_atomic, write_table
-from kernel_advisor.collect.trace_reader import read_trace
 from kernel_advisor.distributed.comms import comm_calls, comm_events, compute_intervals_us, windows_array
 from kernel_advisor.distributed.overlap import Overlap, comm_overlap
+from kernel_advisor.pipeline import analyze_capture  # the same sequence a single-process run takes
 
 RANK_FILES = {"ops": "ops.csv", "sequence": "sequence.csv", "trace": "trace.json.gz",
               "comms": "comms.csv", "rank": "rank.json"}
@@ -48,15 +46,13 @@ def gzip_copy(src: Path, dst: Path) -> None:
 def write_rank_dir(rank_dir: Path, loaded: LoadedModel, args: dict, cap: Capture, info: dict) -> dict:
     """Attribute and analyze this rank's trace, find its collectives, write rank<r>/; returns rank.json."""
     device_type = loaded.device.type
-    trace = read_trace(cap.trace_path)
-    attr = attribute(trace, device_type)
-    meta = profile_meta(loaded, args, cap, attr)
-    ops, ceilings, coverage = analyze_ops(attr.ops, meta)
+    run = analyze_capture(loaded, args, cap)
+    trace, attr, ops, meta = run.trace, run.attr, run.ops, run.meta
     windows = windows_array(step_windows(trace))
     device_index = loaded.device.index if device_type == "cuda" else None
     calls = comm_calls(comm_events(cap.trace_path), info["world_size"], windows, device_index)
     overlap = comm_overlap(call_spans_us(calls), compute_intervals_us(trace, windows, device_type, device_index))
-    meta.update(ceilings=ceilings, coverage=coverage, files=dict(RANK_FILES),
+    meta.update(files=dict(RANK_FILES),
                 rank={**info, "comm_calls": len(calls), "overlap": overlap_json(overlap)})
     rank_dir.mkdir(parents=True)
     write_table(rank_dir / RANK_FILES["ops"], ops)

@@ -1,73 +1,18 @@
-"""From a model file or a foreign trace to a complete run directory."""
+"""run.json's contents: the one builder of its schema, for profiled and imported runs."""
 from __future__ import annotations
 
-import gzip
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 from kernel_advisor import __version__
-from kernel_advisor.analyze.apply import analyze_ops
-from kernel_advisor.collect.attribute import Attribution, attribute
+from kernel_advisor.collect.attribute import Attribution
 from kernel_advisor.collect.environment import device_info, numerics_settings, versions
 from kernel_advisor.collect.loader import LoadedModel
-from kernel_advisor.collect.profiler import Capture, Progress, capture, effective_dtype
-from kernel_advisor.collect.rundir import (SCHEMA_VERSION, RunWriter, check_writable_target, write_error,
-                                           write_json_atomic, write_table)
-from kernel_advisor.collect.trace_reader import TraceData, read_trace
-from kernel_advisor.errors import UserInputError
+from kernel_advisor.collect.profiler import Capture, effective_dtype
+from kernel_advisor.collect.rundir import SCHEMA_VERSION
+from kernel_advisor.collect.trace_reader import TraceData
 
 FILES = {"ops": "ops.csv", "sequence": "sequence.csv", "trace": "trace.json.gz"}
-
-
-def profile_to_run(loaded: LoadedModel, args: dict, out_dir: Path,
-                   progress: Progress | None = None) -> tuple[Path, dict]:
-    """Profile, attribute, analyze and write a run; returns (run dir, run.json contents)."""
-    check_writable_target(out_dir)  # before minutes of profiling, not after
-    with tempfile.TemporaryDirectory(prefix="advisor-") as work:
-        cap = capture(loaded, args["mode"], args["warmup"], args["steps"], Path(work), progress)
-        trace = read_trace(cap.trace_path)
-        attr = attribute(trace, loaded.device.type)
-        meta = profile_meta(loaded, args, cap, attr)
-        return _write_run(out_dir, attr, meta, cap.trace_path), meta
-
-
-def import_to_run(trace_path: Path, args: dict, out_dir: Path) -> tuple[Path, dict]:
-    check_writable_target(out_dir)
-    trace = read_trace(trace_path)
-    device_type = "cuda" if len(trace.gpu) else "cpu"
-    attr = attribute(trace, device_type)
-    if attr.ops.empty:  # an empty run would read as "0 s, 100 % modelled": say what is wrong instead
-        raise UserInputError(f"{trace_path.name} holds no operator events to attribute",
-                             "export the trace after the profiled steps ran, with record_shapes=True "
-                             "(torch.profiler drops a cycle's events when the cycle ends)")
-    meta = _import_meta(trace, trace_path, args, attr, device_type)
-    return _write_run(out_dir, attr, meta, trace_path), meta
-
-
-def _write_run(out_dir: Path, attr: Attribution, meta: dict, trace_src: Path) -> Path:
-    ops, ceilings, cov = analyze_ops(attr.ops, meta)
-    meta["ceilings"], meta["coverage"] = ceilings, cov
-    with RunWriter(out_dir) as tmp:
-        write_table(tmp / FILES["ops"], ops)
-        write_table(tmp / FILES["sequence"], attr.sequence)
-        try:
-            _copy_gzipped(trace_src, tmp / FILES["trace"])
-        except OSError as e:  # read_trace has just read the source: this is the write (disk full)
-            raise write_error(out_dir, e) from None
-        write_json_atomic(tmp / "run.json", meta)
-    return out_dir
-
-
-def _copy_gzipped(src: Path, dst: Path) -> None:
-    with open(src, "rb") as f:
-        gzipped = f.read(2) == b"\x1f\x8b"
-    if gzipped:
-        shutil.copyfile(src, dst)
-        return
-    with open(src, "rb") as f, gzip.open(dst, "wb", compresslevel=6) as g:
-        shutil.copyfileobj(f, g, length=1 << 20)
 
 
 def _common_meta(attr: Attribution, source: str, args: dict) -> dict:
@@ -99,7 +44,7 @@ def profile_meta(loaded: LoadedModel, args: dict, cap: Capture, attr: Attributio
     return meta
 
 
-def _import_meta(trace: TraceData, trace_path: Path, args: dict, attr: Attribution, device_type: str) -> dict:
+def import_meta(trace: TraceData, trace_path: Path, args: dict, attr: Attribution, device_type: str) -> dict:
     meta = _common_meta(attr, "import", args)
     props = (trace.meta.get("deviceProperties") or [{}])[0] if device_type == "cuda" else {}
     meta.update({

@@ -1,0 +1,87 @@
+"""From a loaded model or a foreign trace to a complete run directory: the collect → analyze sequence.
+
+It sits above both layers: collect reads and attributes the trace, analyze costs every op
+and places it on the roofline; distributed ranks run the same `analyze_capture`.
+"""
+from __future__ import annotations
+
+import gzip
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from kernel_advisor.analyze.apply import analyze_ops
+from kernel_advisor.collect.attribute import Attribution, attribute
+from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.collect.profiler import Capture, Progress, capture
+from kernel_advisor.collect.run_meta import FILES, import_meta, profile_meta
+from kernel_advisor.collect.rundir import RunWriter, check_writable_target, write_error, write_json_atomic, write_table
+from kernel_advisor.collect.trace_reader import TraceData, read_trace
+from kernel_advisor.errors import UserInputError
+
+
+@dataclass(frozen=True)
+class Analyzed:
+    """One profiled capture, attributed and costed: what a run directory is written from."""
+
+    trace: TraceData
+    attr: Attribution
+    ops: pd.DataFrame  # analyzed: FLOPs, bytes, roofline
+    meta: dict  # run.json, ceilings and coverage included
+
+
+def analyze_capture(loaded: LoadedModel, args: dict, cap: Capture) -> Analyzed:
+    trace = read_trace(cap.trace_path)
+    attr = attribute(trace, loaded.device.type)
+    meta = profile_meta(loaded, args, cap, attr)
+    ops, meta["ceilings"], meta["coverage"] = analyze_ops(attr.ops, meta)
+    return Analyzed(trace, attr, ops, meta)
+
+
+def profile_to_run(loaded: LoadedModel, args: dict, out_dir: Path,
+                   progress: Progress | None = None) -> tuple[Path, dict]:
+    """Profile, attribute, analyze and write a run; returns (run dir, run.json contents)."""
+    check_writable_target(out_dir)  # before minutes of profiling, not after
+    with tempfile.TemporaryDirectory(prefix="advisor-") as work:
+        cap = capture(loaded, args["mode"], args["warmup"], args["steps"], Path(work), progress)
+        run = analyze_capture(loaded, args, cap)
+        return _write_run(out_dir, run.attr, run.ops, run.meta, cap.trace_path), run.meta
+
+
+def import_to_run(trace_path: Path, args: dict, out_dir: Path) -> tuple[Path, dict]:
+    check_writable_target(out_dir)
+    trace = read_trace(trace_path)
+    device_type = "cuda" if len(trace.gpu) else "cpu"
+    attr = attribute(trace, device_type)
+    if attr.ops.empty:  # an empty run would read as "0 s, 100 % modelled": say what is wrong instead
+        raise UserInputError(f"{trace_path.name} holds no operator events to attribute",
+                             "export the trace after the profiled steps ran, with record_shapes=True "
+                             "(torch.profiler drops a cycle's events when the cycle ends)")
+    meta = import_meta(trace, trace_path, args, attr, device_type)
+    ops, meta["ceilings"], meta["coverage"] = analyze_ops(attr.ops, meta)
+    return _write_run(out_dir, attr, ops, meta, trace_path), meta
+
+
+def _write_run(out_dir: Path, attr: Attribution, ops: pd.DataFrame, meta: dict, trace_src: Path) -> Path:
+    with RunWriter(out_dir) as tmp:
+        write_table(tmp / FILES["ops"], ops)
+        write_table(tmp / FILES["sequence"], attr.sequence)
+        try:
+            _copy_gzipped(trace_src, tmp / FILES["trace"])
+        except OSError as e:  # read_trace has just read the source: this is the write (disk full)
+            raise write_error(out_dir, e) from None
+        write_json_atomic(tmp / "run.json", meta)
+    return out_dir
+
+
+def _copy_gzipped(src: Path, dst: Path) -> None:
+    with open(src, "rb") as f:
+        gzipped = f.read(2) == b"\x1f\x8b"
+    if gzipped:
+        shutil.copyfile(src, dst)
+        return
+    with open(src, "rb") as f, gzip.open(dst, "wb", compresslevel=6) as g:
+        shutil.copyfileobj(f, g, length=1 << 20)
