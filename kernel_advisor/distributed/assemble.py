@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from kernel_advisor.collect.pipeline import FILES
+from kernel_advisor.collect.run_meta import FILES
 from kernel_advisor.collect.rundir import read_table, write_json_atomic
 from kernel_advisor.distributed.interconnect import BusCeiling, bus_ceiling
 from kernel_advisor.distributed.merge import STRAGGLER_MIN_RATIO, WAIT_MIN_PCT, Merged, RankResult, merge_ranks
