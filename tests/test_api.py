@@ -42,7 +42,7 @@ def test_recommend_is_ranked_with_rule_ids(run):
     recs = run.recommend()
     assert recs and all(r.rule_id for r in recs)
     assert [r.rank for r in recs] == sorted(r.rank for r in recs)
-    assert {"lib-sdpa", "lib-rms-norm"} <= {r.rule_id for r in recs}
+    assert "lib-sdpa" in {r.rule_id for r in recs}
     assert (run.path / "recommendations.json").is_file()
 
 

@@ -15,6 +15,7 @@ from kernel_advisor.measure.outcome import Outcome
 from kernel_advisor.measure.plan import choose, prepare_plan
 from kernel_advisor.measure.trials import (Deadline, Progress, Trial, close_all, prepare_trial, run_gate,
                                            time_trials)
+from kernel_advisor.trykernel.reference import prepare_reference
 from kernel_advisor.trykernel.timing import Estimate
 
 CUDA_REPS, CPU_REPS = 30, 10
@@ -56,7 +57,6 @@ def timing_label(loaded: LoadedModel) -> str:
 def measure_actions(loaded: LoadedModel, mode: str, names: Sequence[str], options: MeasureOptions = MeasureOptions(),
                     progress: Progress | None = None) -> Measured:
     report = progress or (lambda label, done, total: None)
-    from kernel_advisor.trykernel.reference import prepare_reference  # TODO(lead): top-level once it lands
     deadline = Deadline(options.budget_s)
     reference = prepare_reference(loaded, mode)
     trials = [prepare_trial(loaded, mode, name) for name in dict.fromkeys(names)]
