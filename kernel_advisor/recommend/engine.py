@@ -12,10 +12,11 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 from reference_kernels.registry import KernelSpec
 
+from kernel_advisor.recommend.calibration import calibrated
 from kernel_advisor.recommend.conditions import Check, Range, evaluate
 from kernel_advisor.recommend.evidence import RunContext, run_context
 from kernel_advisor.recommend.explain import CompileReport
-from kernel_advisor.recommend.gain import EXPOSED_COMM, HOST_GAPS, GainEstimate, estimate_gain, evidence_with_gain
+from kernel_advisor.recommend.gain import EXPOSED_COMM, HOST_GAPS, estimate_gain, evidence_with_gain
 from kernel_advisor.recommend.kernels import resolve_kernel, try_kernel_command
 from kernel_advisor.recommend.messages import fill_message
 from kernel_advisor.recommend.schema import LADDER, Rule
@@ -82,7 +83,8 @@ def evaluate_rule(engine: Engine, rule: Rule, subject: Subject) -> tuple[tuple[C
 def _recommend(engine: Engine, rule: Rule, subject: Subject, checks: tuple[Check, ...],
                spec: KernelSpec | None) -> Recommendation:
     ctx = engine.ctx
-    gain: GainEstimate = estimate_gain(rule.gain, subject, ctx, engine.ops)
+    gain = calibrated(estimate_gain(rule.gain, subject, ctx, engine.ops), rule.id, ctx.device_type,
+                      subject.row_time_per_step_s)
     evidence = evidence_with_gain(dict(subject.evidence), gain, ctx)
     command = None
     if spec is not None:

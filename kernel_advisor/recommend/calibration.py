@@ -1,0 +1,55 @@
+"""Gain estimates corrected by what `recommend --measure` measured on the advice benchmark.
+
+kernel_advisor/data/gain_calibration.yaml holds, per device type and rule, a scale fitted
+by benchmarks/advice/fit_gain.py (least squares through the origin of measured against
+predicted gain, over the benchmark's recommendations that measured faster). A rule
+without enough measurements keeps its model's estimate. The file says where the fit came
+from; docs/benchmarks.md shows predicted against measured before and after.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import yaml
+
+from kernel_advisor.recommend.gain import GainEstimate
+
+CALIBRATION_FILE = Path(__file__).resolve().parents[1] / "data" / "gain_calibration.yaml"
+PSEUDO_ROW_PREFIX = ("host-gaps", "exposed-comm")  # savings not bounded by one op's time
+
+
+@dataclass(frozen=True)
+class RuleScale:
+    scale: float
+    n: int  # measurements the fit used
+
+
+@functools.lru_cache(maxsize=1)
+def load_calibration(path: Path = CALIBRATION_FILE) -> Mapping[str, Mapping[str, RuleScale]]:
+    """{device type: {rule id: scale}}; empty when no fit has been made."""
+    if not path.is_file():
+        return {}
+    doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return {device: {rule: RuleScale(float(v["scale"]), int(v["n"])) for rule, v in rules.items()}
+            for device, rules in (doc.get("devices") or {}).items()}
+
+
+def calibrated(gain: GainEstimate, rule_id: str, device_type: str, row_time_per_step_s: Mapping[int, float],
+               table: Mapping[str, Mapping[str, RuleScale]] | None = None) -> GainEstimate:
+    """`gain` scaled by the rule's fitted factor on this device type; each op's saving stays below its time."""
+    fit = (load_calibration() if table is None else table).get(device_type, {}).get(rule_id)
+    if fit is None or gain.saving_per_step_s is None or fit.scale == 1.0:
+        return gain
+    rows = {}
+    for row, saving in gain.row_saving_per_step_s.items():
+        scaled = saving * fit.scale
+        if not row.startswith(PSEUDO_ROW_PREFIX):
+            # NB: a fix cannot save more of an op than the op takes; the rest of a measured gain
+            # (a whole-model compile, say) is what the plan's measurement is for.
+            scaled = min(scaled, row_time_per_step_s.get(int(row), scaled))
+        rows[row] = scaled
+    basis = f"{gain.basis}; × {fit.scale:.2f} fitted to {fit.n} measured models"
+    return GainEstimate(sum(rows.values()), rows, basis)
