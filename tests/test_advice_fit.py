@@ -40,8 +40,8 @@ def test_too_few_points_and_unfaster_findings_are_not_fitted():
 
 def test_share_within_and_leave_one_out():
     rows = fit.finding_rows(_advice([(0.1, 0.2), (0.2, 0.4), (0.3, 0.6), (0.1, 0.5)]))
-    # before: |0.1-0.2|, |0.2-0.4| ≤ 0.15 but not |0.3-0.6|, |0.1-0.5| → 2 of 4
-    assert fit.share_within(rows, rows["predicted"]) == 0.5
+    # before: |0.1-0.2| = 0.1 ≤ 0.15; 0.2, 0.3 and 0.4 are not → 1 of 4
+    assert fit.share_within(rows, rows["predicted"]) == 0.25
     loo = fit.leave_one_model_out(rows)
     assert loo.notna().all() and (loo <= 0.99).all()
 
