@@ -128,9 +128,13 @@ CASES = {
     # roof 1.2e4/1e12 = 12 ns in a 3 us kernel: 0.4% -> launch-dominated
     "short": (_row("aten::mul", "[[3]]", 3e-6), Cost(1e3, 1.2e4, "float32", False),
               "latency-bound"),
-    # fp32 (TF32 off): roof 2e9/1e13 = 200 us of 1 ms = 20%, on 8 blocks < 100 SMs
+    # fp32 (TF32 off): roof 2e9/1e13 = 200 us of 1 ms = 20%, on 8 blocks < 100 SMs: a long
+    # kernel on a few SMs is under-occupied, not latency-bound
     "underfilled": (_row("aten::mm", "[[4]]", 1e-3, max_blocks=8),
-                    Cost(2e9, 6e6, "float32", True), "latency-bound"),
+                    Cost(2e9, 6e6, "float32", True), "under-occupied"),
+    # the same grid, but a 3 us kernel: launch and ramp-up dominate
+    "underfilled-short": (_row("aten::mm", "[[6]]", 3e-6, max_blocks=8),
+                          Cost(6e6, 1.8e4, "float32", True), "latency-bound"),
     # roof 12 us of 40 us = 30%, long kernels on a full grid: under the memory roof
     "slow-memory": (_row("aten::sum", "[[5]]", 40e-6), Cost(3e6, 1.2e7, "float32", False),
                     "memory-bound"),

@@ -19,7 +19,8 @@ from kernel_advisor.analyze.ceilings import Ceilings, load_yaml_checked
 from kernel_advisor.errors import UserInputError
 
 THRESHOLDS_FILE = Path(__file__).resolve().parent.parent / "data" / "verdict_thresholds.yaml"
-VERDICTS = ("compute-bound", "memory-bound", "latency-bound", "host-bound", "unknown")
+# The one list of verdicts; rules, tables and the report read it from here.
+VERDICTS = ("compute-bound", "memory-bound", "under-occupied", "latency-bound", "host-bound", "unknown")
 ANALYZE_COLUMNS = (
     "modelled", "flops", "bytes", "intensity", "compute_path", "peak_flops_per_s",
     "bandwidth_bytes_per_s", "roofline_s", "achieved_flops_per_s", "achieved_bytes_per_s",
@@ -207,15 +208,19 @@ def _number(row: Mapping[str, Any], key: str, default: float = 0.0) -> float:
         else float(value)
 
 
-def _latency_evidence(rec: Mapping[str, Any], row: Mapping[str, Any], sm_count: int,
-                      thr: VerdictThresholds) -> bool:
+def _occupancy_verdict(rec: Mapping[str, Any], row: Mapping[str, Any], sm_count: int,
+                       thr: VerdictThresholds) -> str:
+    """"latency-bound" for short kernels, "under-occupied" for longer ones on a grid smaller
+    than the SM count, "" when neither explains the shortfall."""
     # CPU rows have no kernels (mean_kernel_s = 0): the op's own time stands in.
     kernel_s = _number(row, "mean_kernel_s") or _number(row, "mean_device_time_s")
-    short_and_idle = (kernel_s <= thr.short_kernel_s
-                      and rec["efficiency_frac"] < thr.short_kernel_efficiency_frac)
+    short = kernel_s <= thr.short_kernel_s
+    if short and rec["efficiency_frac"] < thr.short_kernel_efficiency_frac:
+        return "latency-bound"
     max_blocks = _number(row, "max_blocks")
-    underfilled = 0 < max_blocks < sm_count  # 0 = grid unknown
-    return short_and_idle or underfilled
+    if 0 < max_blocks < sm_count:  # 0 = grid unknown
+        return "latency-bound" if short else "under-occupied"
+    return ""
 
 
 def _verdict(rec: Mapping[str, Any], row: Mapping[str, Any], sm_count: int,
@@ -233,8 +238,11 @@ def _verdict(rec: Mapping[str, Any], row: Mapping[str, Any], sm_count: int,
     if max(_or_minus_inf(compute_frac), _or_minus_inf(memory_frac)) >= thr.limiter_frac:
         return ("compute-bound" if _or_minus_inf(compute_frac) >= _or_minus_inf(memory_frac)
                 else "memory-bound")
-    if rec["roofline_s"] == 0 or _latency_evidence(rec, row, sm_count, thr):
+    if rec["roofline_s"] == 0:
         return "latency-bound"
+    occupancy = _occupancy_verdict(rec, row, sm_count, thr)
+    if occupancy:
+        return occupancy
     # Below the limiter on both roofs, but long kernels on a full grid: name the roof
     # the op is under (its side of the ridge); the shortfall shows as headroom_s.
     compute_s = rec["flops"] / rec["peak_flops_per_s"]

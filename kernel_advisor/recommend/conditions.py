@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Callable, Mapping
 
+from kernel_advisor.analyze.roofline import VERDICTS
+
 SCOPES = ("op", "pattern", "run")
-VERDICTS = ("compute-bound", "memory-bound", "latency-bound", "host-bound", "unknown")
 KINDS = ("op", "kernel", "memcpy", "memset")
 COMPUTE_PATHS = ("fp32", "tf32", "fp16_tc", "bf16_tc", "fp8_tc", "fp64")
 DEVICE_TYPES = ("cuda", "cpu")

@@ -25,6 +25,9 @@ from kernel_advisor.recommend.subjects import Subject, Subjects, build_subjects
 # A leave-it verdict on an op stops the rungs that mean new kernels or compilation for it;
 # library rungs (a flag, a fused op) stay: they change the roof instead of chasing it.
 SUPPRESSED_BY_LEAVE_IT = ("compile", "triton", "cuda")
+# NB: the gain models are rough; savings within 15 % of each other are treated as a tie
+# (ranking goes to the cheaper rung; a contained subject is not advertised twice).
+NEAR_TIE_FRAC = 0.15
 
 
 @dataclass(frozen=True)
@@ -167,15 +170,40 @@ def _finding(recs: list[Recommendation], ctx: RunContext) -> Finding:
     return Finding(head.rule_id, head.title, head.tier, tuple(recs), saving, pct)
 
 
+def _tier_index(tier: str) -> int:
+    return LADDER.index(tier) if tier in LADDER else len(LADDER)
+
+
+def near_tie(a: float | None, b: float | None) -> bool:
+    """Two savings closer than the estimate's uncertainty (NEAR_TIE_FRAC of the larger)."""
+    a, b = a or 0.0, b or 0.0
+    return abs(a - b) <= NEAR_TIE_FRAC * max(a, b)
+
+
+def cheaper_first_on_near_ties(findings: list[Finding]) -> list[Finding]:
+    """Adjacent findings whose savings nearly tie: the cheaper rung goes first (bubble, stable)."""
+    out = list(findings)
+    swapped = True
+    while swapped:
+        swapped = False
+        for i in range(len(out) - 1):
+            a, b = out[i], out[i + 1]
+            if (b.tier != "leave-it" and near_tie(a.saving_per_step_s, b.saving_per_step_s)
+                    and _tier_index(b.tier) < _tier_index(a.tier)):
+                out[i], out[i + 1], swapped = b, a, True
+    return out
+
+
 def rank_findings(recs: Iterable[Recommendation], rules: Sequence[Rule], ctx: RunContext) -> list[Finding]:
-    """By saving, leave-it last; a graph-break blocker goes right before the first compile finding."""
+    """By saving, cheaper rung on near-ties, leave-it last; a graph-break blocker goes right before
+    the first compile finding."""
     by_rule: dict[str, list[Recommendation]] = {}
     for r in recs:
         by_rule.setdefault(r.rule_id, []).append(r)
-    tier_order = {t: i for i, t in enumerate(LADDER)}
     ordered = sorted((_finding(v, ctx) for v in by_rule.values()),
                      key=lambda f: (f.tier == "leave-it", -(f.saving_per_step_s or 0.0),
-                                    tier_order.get(f.tier, 9), f.rule_id))
+                                    _tier_index(f.tier), f.rule_id))
+    ordered = cheaper_first_on_near_ties(ordered)
     blockers = {r.id for r in rules if _is_blocker(r)}
     first = [f for f in ordered if f.rule_id in blockers]
     rest = [f for f in ordered if f.rule_id not in blockers]
@@ -207,5 +235,38 @@ def build_engine(ops: pd.DataFrame, sequence: pd.DataFrame, meta: Mapping[str, A
 
 
 def run_rules(engine: Engine) -> tuple[list[Recommendation], list[Recommendation]]:
-    """(recommendations that stand, those a leave-it verdict suppressed)."""
-    return split_suppressed(_fired(engine))
+    """(recommendations that stand, those a leave-it verdict suppressed or a cheaper one covers)."""
+    kept, suppressed = split_suppressed(_fired(engine))
+    kept, covered = split_covered(kept)
+    return kept, suppressed + covered
+
+
+def subject_rows(subject_key: str) -> frozenset[int]:
+    """The op rows a subject key names: "row:12" → {12}; "pattern:naive-attention:3-4-5" → {3, 4, 5}."""
+    kind, _, rest = subject_key.partition(":")
+    if kind == "row":
+        return frozenset({int(rest)})
+    if kind == "pattern":
+        return frozenset(int(r) for r in rest.rsplit(":", 1)[-1].split("-") if r.isdigit())
+    return frozenset()
+
+
+def split_covered(recs: Sequence[Recommendation]) -> tuple[list[Recommendation], list[Recommendation]]:
+    """(kept, covered): a recommendation whose rows lie inside another's subject, from a rung no
+    cheaper, claiming no clearly larger saving, is covered by it (a fusion chain inside an attention
+    pattern that SDPA replaces): its time is advertised once."""
+    kept, covered = [], []
+    for r in recs:
+        host = None if r.tier == "leave-it" else next((o for o in recs if _covers(o, r)), None)
+        if host is None:
+            kept.append(r)
+        else:
+            covered.append(replace(r, evidence={**r.evidence, "covered_by": f"{host.rule_id} on {host.subject}"}))
+    return kept, covered
+
+
+def _covers(host: Recommendation, r: Recommendation) -> bool:
+    rows, host_rows = subject_rows(r.subject), subject_rows(host.subject)
+    return (host.tier != "leave-it" and bool(rows) and rows < host_rows  # strictly inside
+            and _tier_index(host.tier) <= _tier_index(r.tier)
+            and (host.saving_per_step_s or 0.0) >= (1 - NEAR_TIE_FRAC) * (r.saving_per_step_s or 0.0))

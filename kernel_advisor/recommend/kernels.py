@@ -23,6 +23,13 @@ PATTERN_ALIASES = {
 }
 
 
+# Composite aten ops whose whole body a pattern kernel replaces: `aten::cross_entropy_loss` is
+# log_softmax + nll_loss, which the cross-entropy kernel computes in one pass.
+COMPOSITE_OP_PATTERNS = {
+    "cross_entropy_loss": ("cross-entropy",),
+}
+
+
 def registry_kernels() -> tuple[KernelSpec, ...]:
     """Every declared kernel; a backend whose specs module is not written yet adds none."""
     specs: list[KernelSpec] = []
@@ -46,7 +53,10 @@ def op_family(name: str) -> str:
 
 def _covers(spec: KernelSpec, scope: str, evidence: dict[str, Any]) -> bool:
     if scope == "op":
-        return op_family(evidence.get("name", "")) in {op_family(a) for a in spec.replaces_aten}
+        family = op_family(evidence.get("name", ""))
+        composite = COMPOSITE_OP_PATTERNS.get(family, ())
+        return (family in {op_family(a) for a in spec.replaces_aten}
+                or any(p in spec.replaces_patterns for p in composite))
     if scope == "pattern":
         names = PATTERN_ALIASES.get(evidence.get("pattern", ""), (evidence.get("pattern"),))
         return any(n in spec.replaces_patterns for n in names)

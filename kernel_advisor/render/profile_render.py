@@ -10,7 +10,7 @@ from rich.text import Text
 
 from kernel_advisor.render.units import fmt_frac_pct, fmt_pct, fmt_si, fmt_time_s, shorten
 
-VERDICT_STYLE = {"compute-bound": "green", "memory-bound": "cyan", "latency-bound": "yellow",
+VERDICT_STYLE = {"compute-bound": "green", "memory-bound": "cyan", "under-occupied": "blue", "latency-bound": "yellow",
                  "host-bound": "magenta", "unknown": "dim"}
 
 

@@ -12,12 +12,12 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from kernel_advisor.analyze.roofline import VERDICTS
 from kernel_advisor.render.report_template import Html, h, join
 from kernel_advisor.render.units import fmt_frac_pct, fmt_pct, fmt_si, fmt_time_s, shorten
 
-VERDICTS = ("compute-bound", "memory-bound", "latency-bound", "host-bound", "unknown")
-_VERDICT_VARS = {"compute-bound": "--compute", "memory-bound": "--memory", "latency-bound": "--latency",
-                 "host-bound": "--host", "unknown": "--unknown"}
+_VERDICT_VARS = {"compute-bound": "--compute", "memory-bound": "--memory", "under-occupied": "--occupancy",
+                 "latency-bound": "--latency", "host-bound": "--host", "unknown": "--unknown"}
 
 
 def missing(value: Any) -> bool:

@@ -19,7 +19,8 @@ from kernel_advisor.collect.rundir import write_bytes_atomic
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
 from kernel_advisor.render.units import fmt_pct, fmt_si, shorten
 
-VERDICT_COLOURS = {"compute-bound": "#2e7d32", "memory-bound": "#1565c0", "latency-bound": "#ef6c00",
+VERDICT_COLOURS = {"compute-bound": "#2e7d32", "memory-bound": "#1565c0", "under-occupied": "#00838f",
+                   "latency-bound": "#ef6c00",
                    "host-bound": "#8e24aa", "unknown": "#757575"}
 POINTS_GID_PREFIX = "hotspots-"  # SVG: <g id="hotspots-memory-bound"> holds one marker per point
 LABELLED_TOP = 5

@@ -1,0 +1,104 @@
+"""No silent misses: each class of miss seen on unseen models, pinned on a synthetic op table."""
+from __future__ import annotations
+
+import pytest
+from test_recommend_support import BW, CEILINGS, op_row, op_table, run_meta, sequence_from
+
+from kernel_advisor.recommend.engine import (Finding, Recommendation, cheaper_first_on_near_ties, near_tie,
+                                             split_covered, subject_rows)
+from kernel_advisor.recommend.kernels import registry_kernels
+from kernel_advisor.recommend.report import recommend
+from kernel_advisor.recommend.ruleset import load_rules
+
+RULES = load_rules()
+KERNELS = registry_kernels()
+BF16 = "bfloat16"
+
+
+def _report(row, step_s):
+    return recommend(op_table([row]), sequence_from([]), run_meta(total_device_time_s=row["device_time_s"],
+                     step_wall_s=step_s, ceilings=CEILINGS), RULES, KERNELS)
+
+
+def test_wide_layer_norm_on_few_rows_gets_compile_not_silence():
+    # 16 rows x 4 Mi elements bf16: 2 x 16 x 4 Mi x 2 B = 268 MB, roof 268e6 / 4e12 = 67 µs of 8 ms (0.8 %):
+    # 16 blocks on 132 SMs for 8 ms is under-occupied (not latency-bound), and compile is offered
+    nbytes = 2 * 16 * 4 * 2**20 * 2
+    row = op_row(0, "aten::layer_norm", [[16, 4, 1024, 1024], [], [4, 1024, 1024], [4, 1024, 1024]],
+                 [BF16] * 4, 2, 16e-3, flops=8.0 * 16 * 4 * 2**20, nbytes=nbytes, verdict="under-occupied", bw=BW)
+    row["max_blocks"] = 16
+    report = _report(row, 8e-3)
+    ids = [f.rule_id for f in report.findings]
+    assert "compile-memory-bound-op" in ids
+    spot = report.hotspots[0]
+    assert spot.chosen_tier == "compile" and "no compile rule" not in " ".join(r for _, r in spot.passed_over)
+
+
+@pytest.mark.parametrize("op", ["aten::group_norm", "aten::batch_norm", "aten::instance_norm"])
+def test_norms_at_low_bandwidth_get_a_rung(op):
+    # 40 MB at 19 % of 4 TB/s: roof 10 µs, 52.6 µs per call
+    row = op_row(0, op, [[32, 256, 64, 64]], [BF16], 2, 2 * 52.6e-6, flops=1e6, nbytes=40e6, bw=BW)
+    report = _report(row, 200e-6)
+    assert report.hotspots[0].chosen_tier in ("compile", "triton")
+
+
+def test_cross_entropy_maps_to_the_bundled_kernel():
+    # 4096 x 32000 bf16 logits (262 MB) at 14 % of bandwidth: the composite op is covered by
+    # triton.cross_entropy through its pattern, so "kernel is unknown" is not the answer
+    row = op_row(0, "aten::cross_entropy_loss", [[4096, 32000], [4096]], [BF16, "int64"], 1, 468e-6,
+                 flops=5.0 * 4096 * 32000, nbytes=4096 * 32000 * 2, bw=BW)
+    report = _report(row, 600e-6)
+    triton = next(f for f in report.findings if f.rule_id == "triton-reference-kernel")
+    assert triton.recommendations[0].kernel_id == "triton.cross_entropy"
+    assert triton.recommendations[0].action == "kernel:triton.cross_entropy"
+
+
+def test_gelu_at_65_percent_is_still_offered_a_kernel():
+    # 64 MB at 65 % of 4 TB/s: 16 µs roof, 24.6 µs per call; the old fixed cut (< 60 %) said nothing
+    row = op_row(0, "aten::gelu", [[4096, 4096]], [BF16], 4, 4 * 24.6e-6, flops=4096 * 4096 * 8.0,
+                 nbytes=64e6, bw=BW)
+    ids = [f.rule_id for f in _report(row, 150e-6).findings]
+    assert "triton-reference-kernel" in ids and "compile-memory-bound-op" in ids
+
+
+def _finding(rule_id, tier, saving):
+    return Finding(rule_id, rule_id, tier, (), saving, None)
+
+
+@pytest.mark.parametrize("a,b,tie", [(1.0, 0.86, True), (1.0, 0.84, False), (0.0, 0.0, True), (None, 0.1, False)])
+def test_near_tie(a, b, tie):
+    assert near_tie(a, b) is tie
+
+
+def test_near_ties_go_to_the_cheaper_rung():
+    ordered = [_finding("t", "triton", 1.0), _finding("c", "compile", 0.9), _finding("l", "library", 0.87),
+               _finding("x", "cuda", 0.2)]
+    # 0.9 and 0.87 are within 15 % of 1.0 and of each other: library, compile, triton; cuda stays last
+    assert [f.rule_id for f in cheaper_first_on_near_ties(ordered)] == ["l", "c", "t", "x"]
+
+
+def _rec(rule_id, tier, subject, saving):
+    return Recommendation(rule_id=rule_id, title=rule_id, tier=tier, scope=subject.split(":")[0].replace("row", "op"),
+                          subject=subject, label="", message="", saving_per_step_s=saving, saving_pct=None,
+                          row_saving_per_step_s={})
+
+
+def test_subject_rows():
+    assert subject_rows("row:12") == {12}
+    assert subject_rows("pattern:naive-attention:3-4-5-4") == {3, 4, 5}
+    assert subject_rows("run") == frozenset()
+
+
+def test_a_chain_inside_attention_is_covered_by_sdpa():
+    sdpa = _rec("lib-sdpa", "library", "pattern:naive-attention:12-13-14-15-16", 1.0e-3)
+    chain = _rec("compile-fuse-elementwise", "compile", "pattern:elementwise-chain:14-15", 1.05e-3)
+    other = _rec("compile-fuse-elementwise", "compile", "pattern:elementwise-chain:21-22", 0.4e-3)
+    kept, covered = split_covered([sdpa, chain, other])
+    assert kept == [sdpa, other]
+    assert covered[0].evidence["covered_by"] == "lib-sdpa on pattern:naive-attention:12-13-14-15-16"
+
+
+def test_a_much_larger_inner_claim_is_kept():
+    sdpa = _rec("lib-sdpa", "library", "pattern:naive-attention:12-13-14", 0.5e-3)
+    chain = _rec("compile-fuse-elementwise", "compile", "pattern:elementwise-chain:13-14", 1.0e-3)
+    assert split_covered([sdpa, chain]) == ([sdpa, chain], [])
