@@ -1,0 +1,173 @@
+"""Render benchmarks/data/advice.csv into docs: per-rule predicted vs measured gain, per-model best fix.
+
+    python3 benchmarks/advice/render_advice.py [--csv benchmarks/data/advice.csv] [--docs docs/benchmarks.md]
+
+The markdown goes between `<!-- advice:begin -->` and `<!-- advice:end -->`; without those
+markers a `## Measured advice` section holding them is appended. Everything but main() is a
+pure function of the DataFrame (tests/test_advice_runner.py).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+BEGIN, END = "<!-- advice:begin -->", "<!-- advice:end -->"
+TOLERANCE = 0.15  # issue 17's aim: predicted within ±0.15 of measured (fraction of the step)
+TOP = 3
+GROUP = ["device_name", "precision", "mode"]  # precision: dtype with "autocast:" dropped, so the
+# RNN models (run under bf16 autocast) sit in the same tables as the models cast to bf16
+
+
+def render(df: pd.DataFrame) -> str:
+    """All sections, one block per (device, dtype, mode) measured."""
+    if df.empty:
+        return "_No measurements yet: run benchmarks/advice/run_advice.py on the GPU machine._\n"
+    df = df.assign(precision=df["dtype"].str.replace("autocast:", "", regex=False))
+    blocks = []
+    for _, group in df.groupby(GROUP, sort=True):
+        blocks.append("\n\n".join([header_line(group), rule_table(group), model_table(group)]))
+    return "\n\n".join(blocks) + "\n"
+
+
+def header_line(df: pd.DataFrame) -> str:
+    def values(col):
+        return ", ".join(sorted({str(v) for v in df[col] if isinstance(v, str) and v})) or "?"
+    dates = sorted(d[:10] for d in df["date"] if isinstance(d, str) and d)
+    when = "?" if not dates else dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
+    return (f"**Measured {when}** on {values('gpu')} · torch {values('torch')} · triton {values('triton')} · "
+            f"commit {values('commit')} · {values('dtype')} {values('mode')} · "
+            f"{df['model'].nunique()} models, `recommend --measure` (docs/measure.md)")
+
+
+def _timed(df: pd.DataFrame) -> pd.DataFrame:
+    return df[(df["status"] == "passed") & df["measured_gain_frac"].notna()]
+
+
+def findings(df: pd.DataFrame) -> pd.DataFrame:
+    """Rule rows merged per (model, rule_id, action): an action is measured once, on the whole
+    model, so the prediction to hold against it is the rule's gain summed over every subject
+    it fired on with that action. Leave-it advice (action none) has nothing to measure."""
+    rules = df[(df["kind"] == "rule") & (df["action"] != "none")]
+    return rules.groupby(["model", "rule_id", "action"], sort=True, as_index=False).agg(
+        predicted_gain_frac=("predicted_gain_frac", lambda x: x.sum(min_count=1)),
+        measured_gain_frac=("measured_gain_frac", "first"), verdict=("verdict", "first"),
+        status=("status", "first"), rank=("rank", "min"), subjects=("subject", "size"))
+
+
+def rule_stats(df: pd.DataFrame) -> pd.DataFrame:
+    """Per rule_id (and all rules together): how its findings measured against their prediction."""
+    rules = findings(df)
+    out = [_stats(rule, g) for rule, g in rules.groupby("rule_id", sort=True)]
+    if out:
+        out.append(_stats("all rules", rules))
+    return pd.DataFrame(out, columns=["rule_id", "findings", "measured", "faster", "predicted_median",
+                                      "measured_median", "abs_error_median", "within", "within_of"])
+
+
+def _stats(name: str, g: pd.DataFrame) -> dict:
+    timed = _timed(g)
+    both = timed[timed["predicted_gain_frac"].notna()]
+    error = (both["predicted_gain_frac"] - both["measured_gain_frac"]).abs()
+    faster = both[both["verdict"] == "faster"]
+    within = (faster["predicted_gain_frac"] - faster["measured_gain_frac"]).abs() <= TOLERANCE + 1e-12
+    return {"rule_id": name, "findings": len(g), "measured": len(timed),
+            "faster": int((timed["verdict"] == "faster").sum()),
+            "predicted_median": both["predicted_gain_frac"].median(), "measured_median": both["measured_gain_frac"].median(),
+            "abs_error_median": error.median(), "within": int(within.sum()), "within_of": len(faster)}
+
+
+def rule_table(df: pd.DataFrame) -> str:
+    stats = rule_stats(df)
+    lines = [f"| rule | findings | measured | faster | predicted gain (median) | measured gain (median) | "
+             f"median abs error | within ±{TOLERANCE:.2f} (of faster) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for s in stats.itertuples():
+        share = "—" if not s.within_of else f"{s.within}/{s.within_of} ({s.within / s.within_of:.0%})"
+        name = f"**{s.rule_id}**" if s.rule_id == "all rules" else f"`{s.rule_id}`"
+        lines.append(f"| {name} | {s.findings} | {s.measured} | {s.faster} | {_num(s.predicted_median)} | "
+                     f"{_num(s.measured_median)} | {_num(s.abs_error_median)} | {share} |")
+    return "\n".join(lines)
+
+
+def best_fixes(df: pd.DataFrame) -> pd.DataFrame:
+    """Per model, the row with the largest measured gain among those that measured faster
+    (rule, also and plan rows alike), with what the recommendations had said about it."""
+    out = []
+    for model, g in df.groupby("model", sort=True):
+        faster = _timed(g)[lambda t: (t["verdict"] == "faster") & t["kind"].isin(["rule", "also", "plan"])]
+        rules = findings(g)
+        top_actions = set(rules.loc[rules["rank"] <= TOP, "action"])
+        plan = g[g["kind"] == "plan"]
+        note = "" if plan.empty or plan["status"].iloc[0] != "error" else f"error: {plan['reason'].iloc[0][:120]}"
+        if faster.empty:
+            out.append({"model": model, "action": "", "note": note or "nothing measured faster"})
+            continue
+        best = faster.loc[faster["measured_gain_frac"].idxmax()]
+        parts = [a for a in best["action"].split("+") if a]
+        naming = rules[rules["action"] == best["action"]].sort_values("rank")
+        if best["kind"] == "plan":  # the plan names its own rules; it has no predicted gain of its own
+            rule_id, predicted = best["rule_id"], None
+        else:
+            rule_id = naming["rule_id"].iloc[0] if len(naming) else ""
+            predicted = naming["predicted_gain_frac"].iloc[0] if len(naming) else None
+        out.append({"model": model, "action": best["action"], "kind": best["kind"], "speedup": best["speedup"],
+                    "low": best["speedup_low"], "high": best["speedup_high"],
+                    "measured_gain": best["measured_gain_frac"],
+                    "in_top": bool(parts) and all(p in top_actions for p in parts),
+                    "rule_id": rule_id, "predicted_gain": predicted, "note": note})
+    return pd.DataFrame(out)
+
+
+def model_table(df: pd.DataFrame) -> str:
+    lines = [f"| model | best measured fix | speedup [95 % interval] | measured gain | in top {TOP}? | "
+             "rule naming it | predicted gain |", "|---|---|---:|---:|---|---|---:|"]
+    for b in best_fixes(df).to_dict("records"):
+        if not b["action"]:
+            lines.append(f"| {b['model']} | — ({_cell(b['note'])}) | | | | | |")
+            continue
+        kind = "" if b["kind"] == "rule" else f" ({b['kind']})"
+        lines.append(f"| {b['model']} | `{b['action']}`{kind} | {b['speedup']:.2f}× [{_num(b['low'])}, "
+                     f"{_num(b['high'])}] | {b['measured_gain']:.2f} | {'yes' if b['in_top'] else 'no'} | "
+                     f"{'`' + b['rule_id'] + '`' if b['rule_id'] else 'not recommended'} | "
+                     f"{_num(b['predicted_gain'])} |")
+    return "\n".join(lines)
+
+
+def splice(text: str, block: str) -> str:
+    """Put `block` between the markers of `text`, or append a section holding them."""
+    inner = f"{BEGIN}\n{block.rstrip()}\n{END}"
+    start, end = text.find(BEGIN), text.find(END)
+    if start >= 0 and end > start:
+        return text[:start] + inner + text[end + len(END):]
+    before = text.rstrip("\n") + "\n\n" if text.strip() else ""
+    return f"{before}## Measured advice\n\n{inner}\n"
+
+
+def _num(x) -> str:
+    return "—" if x is None or pd.isna(x) else f"{x:.2f}"
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, str(HERE))
+    from run_advice import DEFAULT_CSV, read_csv  # one reader for both scripts: key columns stay strings
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
+    ap.add_argument("--docs", type=Path, default=REPO / "docs" / "benchmarks.md")
+    args = ap.parse_args(argv)
+    block = render(read_csv(args.csv))
+    args.docs.write_text(splice(args.docs.read_text() if args.docs.is_file() else "", block))
+    print(f"wrote the measured-advice section of {args.docs}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
