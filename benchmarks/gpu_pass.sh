@@ -2,7 +2,8 @@
 # The GPU pass behind docs/benchmarks.md: GPU tests, calibration, every benchmark.
 # Run on the GPU machine from the repo root: benchmarks/gpu_pass.sh OUTDIR STEP...
 # Steps: gpu_tests calibrate profile ncu recommend kernels cuda_kernels tune explore_ce ce_short
-#        explore_norm try_kernel
+#        explore_norm try_kernel measure_tests advice
+# advice: ADVICE_MODELS=a,b (default all) ADVICE_BUDGET_S=45; ADVISOR_COMMIT names the commit measured.
 set -uo pipefail
 out=${1:-gpu-pass}
 mkdir -p "$out"
@@ -35,6 +36,10 @@ for step in "${@:2}"; do
         ce_short) run ce_short_batch python3 benchmarks/ce_short_batch.py --out "$out/ce_short" ;;
         explore_norm) run explore_norm python3 benchmarks/explore_norm_backward.py --out "$out/explore_norm" ;;
         try_kernel) run bench_try_kernel python3 benchmarks/bench_try_kernel.py --out "$out/try_kernel" ;;
+        measure_tests) run measure_tests python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_measure_gpu.py \
+                           tests/test_try_kernel_gpu.py tests/test_gpu_profile.py ;;
+        advice) run advice python3 benchmarks/advice/run_advice.py --budget-s "${ADVICE_BUDGET_S:-45}" \
+                    --out "$out/advice.csv" ${ADVICE_MODELS:+--models "$ADVICE_MODELS"} ;;
         *) echo "unknown step $step" ;;
     esac
 done

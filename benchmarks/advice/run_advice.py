@@ -274,6 +274,9 @@ _COMMIT: list[str] = []
 
 
 def _commit() -> str:
+    """The commit measured: ADVISOR_COMMIT when set (a copy of the tree without .git), else git's."""
+    if not _COMMIT and os.environ.get("ADVISOR_COMMIT"):
+        _COMMIT.append(os.environ["ADVISOR_COMMIT"])
     if not _COMMIT:
         def git(*a):
             return subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True)
