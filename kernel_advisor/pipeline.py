@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from kernel_advisor.analyze.apply import analyze_ops
+from kernel_advisor.analyze.costs import cost_arguments  # rows split by every argument their cost reads
 from kernel_advisor.collect.attribute import Attribution, attribute
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.profiler import Capture, Progress, capture
@@ -35,7 +36,7 @@ class Analyzed:
 
 def analyze_capture(loaded: LoadedModel, args: dict, cap: Capture) -> Analyzed:
     trace = read_trace(cap.trace_path)
-    attr = attribute(trace, loaded.device.type)
+    attr = attribute(trace, loaded.device.type, cost_arguments=cost_arguments)
     meta = profile_meta(loaded, args, cap, attr)
     ops, meta["ceilings"], meta["coverage"] = analyze_ops(attr.ops, meta)
     return Analyzed(trace, attr, ops, meta)
@@ -55,7 +56,7 @@ def import_to_run(trace_path: Path, args: dict, out_dir: Path) -> tuple[Path, di
     check_writable_target(out_dir)
     trace = read_trace(trace_path)
     device_type = "cuda" if len(trace.gpu) else "cpu"
-    attr = attribute(trace, device_type)
+    attr = attribute(trace, device_type, cost_arguments=cost_arguments)
     if attr.ops.empty:  # an empty run would read as "0 s, 100 % modelled": say what is wrong instead
         raise UserInputError(f"{trace_path.name} holds no operator events to attribute",
                              "export the trace after the profiled steps ran, with record_shapes=True "

@@ -45,10 +45,13 @@ def test_reshape_of_transposed_tensor_is_a_copy():
     assert event.cost().bytes == 2 * x.numel() * 4
 
 
-def test_cat_needs_element_dtypes():
-    # torch.profiler records Tensor[] shapes but not dtypes: unmodelled unless supplied.
+def test_cat_assumes_float32_when_element_dtypes_are_not_recorded():
+    # torch.profiler records Tensor[] shapes but not dtypes: float32 is assumed unless supplied.
     shapes = [[[2, 64, 256]] * 3, []]
-    assert op_cost("aten::cat", shapes, ["TensorList", "Scalar"], ["", "2"]) is None
+    assumed = op_cost("aten::cat", shapes, ["TensorList", "Scalar"], ["", "2"])
+    assert assumed.bytes == 2 * 3 * 32768 * 4
+    half = op_cost("aten::cat", shapes, ["c10::BFloat16", "Scalar"], ["", "2"])
+    assert half.bytes == 2 * 3 * 32768 * 2
     c = op_cost("aten::cat", shapes, ["float32", "Scalar"], ["", "2"])
     assert c.bytes == 2 * 3 * 32768 * 4
     mixed = op_cost("aten::cat", [[[4], [4]], []], [["c10::Half", "float"], "Scalar"],

@@ -1,18 +1,26 @@
 """Attribute every microsecond of device time to the op users recognise.
 
 A GPU kernel belongs to the outermost recognisable op above the CPU op that launched it
-(`aten::linear` → `aten::addmm` → cuBLAS kernel is one `aten::linear` occurrence). Kernels
+(`aten::linear` → `aten::addmm` → cuBLAS kernel is one `aten::linear` occurrence), unless
+that op's recorded arguments cannot price it and its children's can (`aten::einsum`,
+whose equation the profiler does not record: its bmm/sum/copies become the rows). Kernels
 whose launcher has no recognisable op above it (Inductor's `triton_*`, extensions) or that
 have no launcher at all (NCCL, stray work) become rows named after the kernel. Each GPU
 event in the profiled steps goes to exactly one occurrence, so the rows add up to the
 total device time. On CPU, "device time" is the self time of each CPU op, rolled up the
 same way.
+
+Rows group occurrences by name, input shapes and dtypes, and - when the caller passes the
+cost model's `cost_arguments` (analyze.costs; collect does not import analyze) - by every
+concrete argument the op's cost depends on (stride, padding, groups, dims, scale factors:
+the values its cost formula reads), so calls that cost differently never share a row.
 """
 from __future__ import annotations
 
 import json
 import re
 from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -32,6 +40,14 @@ _STEP_RES = (re.compile(r"^advisor::step#(\d+)$"), re.compile(r"^ProfilerStep#(\
 _RECOGNISED = re.compile(r"^[A-Za-z_][\w.]*::\w")
 _NOT_RECOGNISED = ("autograd::", "torch::autograd::", "profiler::", "ProfilerStep")
 GPU_KIND = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+# Ops whose cost hangs on an argument torch.profiler does not record (a str: it records
+# scalars only) while their children's recorded arguments price them: when that argument
+# is missing the op owns nothing and its children get their own rows. aten::einsum's
+# equation (argument 0) decides its bmm shapes; FlopCounterMode counts those bmm calls too.
+PRICED_BY_CHILDREN = {"aten::einsum": 0}
+# (name, input shapes, input dtypes, concrete inputs) -> the concrete arguments the cost
+# depends on: analyze.costs.cost_arguments.
+CostArguments = Callable[[str, list, list, list], Sequence]
 
 
 @dataclass(frozen=True)
@@ -77,19 +93,38 @@ def assign_steps(ts_us: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
     return np.where(ok, idx, -1)
 
 
-def attribute(trace: TraceData, device_type: str) -> Attribution:
+def attribute(trace: TraceData, device_type: str,
+              cost_arguments: CostArguments | None = None) -> Attribution:
+    """Rows of device time per op. With `cost_arguments`, calls whose cost arguments differ
+    (a stride-2 conv beside a stride-1 one of the same shapes) get rows of their own."""
     steps = step_windows(trace)
     cpu = trace.cpu_ops.reset_index(drop=True)
     cpu = cpu.assign(step=assign_steps(cpu["ts_us"].to_numpy(float), steps))
     cpu = cpu[cpu["step"] >= 0].reset_index(drop=True)
-    recognised = _per_unique(cpu["name"], is_recognised).to_numpy(bool)
+    recognised = _per_unique(cpu["name"], is_recognised).to_numpy(bool) & ~_priced_by_children(cpu)
     parent, owner = nest_ops(cpu, recognised)
     cpu = cpu.assign(owner=owner, region=innermost_region(cpu, trace.annotations, _is_step_name))
     if device_type == "cpu":
         occ, work = _cpu_work(cpu, parent)
     else:
         occ, work = _gpu_work(cpu, trace, steps)
-    return _summarise(occ, work, steps, device_type)
+    return _summarise(occ, work, steps, device_type, cost_arguments)
+
+
+def _priced_by_children(cpu: pd.DataFrame) -> np.ndarray:
+    """Calls of PRICED_BY_CHILDREN ops whose deciding argument was not recorded."""
+    split = np.zeros(len(cpu), dtype=bool)
+    candidates = cpu["name"].isin(list(PRICED_BY_CHILDREN)).to_numpy()
+    if candidates.any():
+        rows = cpu.loc[candidates, ["name", "concrete"]]
+        split[candidates] = [not _recorded(_json_list(c), PRICED_BY_CHILDREN[n])
+                             for n, c in zip(rows["name"], rows["concrete"])]
+    return split
+
+
+def _recorded(concrete: list, pos: int) -> bool:
+    value = concrete[pos] if pos < len(concrete) else None
+    return isinstance(value, str) and value.strip() not in ("", "None")
 
 
 def _is_step_name(name: str) -> bool:
@@ -188,13 +223,15 @@ def _launchers(cpu: pd.DataFrame, gpu: pd.DataFrame, runtime: pd.DataFrame) -> n
     return np.where(np.isnan(found), -1, found).astype(np.int64)
 
 
-def _summarise(occ: pd.DataFrame, work: pd.DataFrame, steps: pd.DataFrame, device_type: str) -> Attribution:
+def _summarise(occ: pd.DataFrame, work: pd.DataFrame, steps: pd.DataFrame, device_type: str,
+               cost_arguments: CostArguments | None) -> Attribution:
     occ = occ.sort_values(["start_us", "occ_cpu"], kind="stable").reset_index(drop=True)
     occ["seq"] = np.arange(len(occ))
     occ["step"] = occ["step"].astype(np.int64)
     occ["input_dtypes"] = _per_unique(occ["input_types"], _dtypes)
     occ["dev_us"] = occ["occ_cpu"].map(work.groupby("occ_cpu")["dur_us"].sum()).fillna(0.0).to_numpy()
-    keys = ["name", "kind", "input_dims", "input_dtypes"]
+    occ["cost_args"] = _cost_args(occ, cost_arguments) if cost_arguments else ""
+    keys = ["name", "kind", "input_dims", "input_dtypes", "cost_args"]
     occ["row_id"] = occ.groupby(keys, sort=False, dropna=False).ngroup()
     n_steps = max(len(steps), 1)
     total_us = float(work["dur_us"].sum())
@@ -283,6 +320,33 @@ def _per_unique(values: pd.Series, fn) -> pd.Series:
     codes, uniques = pd.factorize(values, use_na_sentinel=False)
     mapped = np.array([fn(u) for u in uniques], dtype=object)
     return pd.Series(mapped[codes] if len(codes) else [], index=values.index, dtype=object)
+
+
+def _cost_args(occ: pd.DataFrame, cost_arguments: CostArguments) -> pd.Series:
+    """The concrete arguments each occurrence's cost depends on, as text ("" for none),
+    computed once per distinct (name, kind, shapes, types, concrete inputs)."""
+    signature = occ["name"].astype(str) + "\x1f" + occ["kind"].astype(str) + "\x1f" + \
+        occ["input_dims"].astype(str) + "\x1f" + occ["input_types"].astype(str) + "\x1f" + \
+        occ["concrete"].astype(str)
+
+    def one(sig: str) -> str:
+        name, kind, dims, types, concrete = sig.split("\x1f")
+        if kind != "op" or not concrete:
+            return ""
+        read = cost_arguments(name, _json_list(dims), _json_list(types), _json_list(concrete))
+        return json.dumps([list(r) for r in read]) if read else ""
+
+    return _per_unique(signature, one)
+
+
+def _json_list(text) -> list:
+    if not isinstance(text, str) or not text:
+        return []
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return []
+    return value if isinstance(value, list) else []
 
 
 def _dtypes(types_json: str) -> str:

@@ -12,9 +12,11 @@ an op or an argument pattern they do not cover (unknown is not zero).
 from __future__ import annotations
 
 from kernel_advisor.analyze.costs import (activations, attention, batchnorm,  # noqa: F401
-                                          conv, copies, elementwise, indexing, losses, matmul,
-                                          norms, optim, pooling, reductions, softmax, views)
+                                          conv, copies, einsum, elementwise, indexing, losses,
+                                          matmul, norms, optim, pooling, reductions, rnn,
+                                          softmax, transformer, upsample, views)
 from kernel_advisor.analyze.costs.inductor import inductor_kernel_bytes
-from kernel_advisor.analyze.costs.registry import OpCost, modelled_op_names, op_cost
+from kernel_advisor.analyze.costs.registry import (OpCost, cost_arguments, modelled_op_names,
+                                                   op_cost)
 
-__all__ = ["OpCost", "op_cost", "modelled_op_names", "inductor_kernel_bytes"]
+__all__ = ["OpCost", "op_cost", "cost_arguments", "modelled_op_names", "inductor_kernel_bytes"]

@@ -6,7 +6,7 @@ formula never guesses: op_cost turns that into None.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from kernel_advisor.analyze.costs import dtypes as dt
@@ -36,6 +36,10 @@ class OpCall:
     shapes: tuple[Any, ...]
     dtypes: tuple[Any, ...]
     concrete: tuple[str, ...]
+    # The concrete values a formula read, by position: the arguments its cost depends on
+    # (registry.cost_arguments groups op rows by them). A Scalar read only for its type
+    # promotion category is kept as that category, not its value.
+    reads: dict[int, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_trace(cls, name: str, shapes: Sequence, dtypes: Sequence,
@@ -77,17 +81,26 @@ class OpCall:
     def tensors(self, positions: Sequence[int]) -> list[Tensor]:
         return [self.tensor(i) for i in positions if self.has_tensor(i)]
 
-    def tensor_list(self, i: int) -> list[Tensor]:
+    def list_shapes(self, i: int) -> list[Shape]:
+        """The element shapes of a Tensor[] argument (torch.profiler records them nested)."""
+        shapes = self.shapes[i] if i < len(self.shapes) else None
+        if not isinstance(shapes, (list, tuple)) or not all(
+                isinstance(s, (list, tuple)) and all(
+                    isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in s)
+                for s in shapes):
+            raise Unmodelled(f"{self.name}: argument {i} is not a tensor list")
+        return [tuple(s) for s in shapes]
+
+    def tensor_list(self, i: int, unrecorded_dtype: str | None = None) -> list[Tensor]:
         """A Tensor[] argument. torch.profiler records its shapes but not its dtypes, so the
-        dtype entry must be a dtype name (all elements) or a list of names (one per element)."""
-        if i >= len(self.shapes) or not isinstance(self.shapes[i], (list, tuple)):
-            raise Unmodelled(f"{self.name}: argument {i} is not a tensor list")
-        shapes = self.shapes[i]
-        if not all(isinstance(s, (list, tuple)) for s in shapes):
-            raise Unmodelled(f"{self.name}: argument {i} is not a tensor list")
+        dtype entry must be a dtype name (all elements) or a list of names (one per element);
+        a bare "TensorList" takes `unrecorded_dtype` when the formula supplies one."""
+        shapes = self.list_shapes(i)
         entry = self.dtypes[i] if i < len(self.dtypes) else dt.NONE
         if entry == dt.NONE:  # None, or an optional-tensor list the profiler did not record
             raise Unmodelled(f"{self.name}: argument {i} was not recorded")
+        if entry == dt.TENSOR_LIST and unrecorded_dtype is not None:
+            entry = unrecorded_dtype
         names = list(entry) if isinstance(entry, tuple) else [entry] * len(shapes)
         if len(names) != len(shapes) or not all(dt.is_dtype_name(n) for n in names):
             raise Unmodelled(f"{self.name}: element dtypes of tensor list {i} are not recorded")
@@ -98,8 +111,13 @@ class OpCall:
             self.shapes[i]) and all(isinstance(s, (list, tuple)) for s in self.shapes[i])
 
     # -- concrete values -----------------------------------------------------------------
-    def _value(self, i: int, default: Any) -> Any:
+    def _text(self, i: int) -> str:
         text = self.concrete[i].strip() if i < len(self.concrete) else ""
+        self.reads[i] = text
+        return text
+
+    def _value(self, i: int, default: Any) -> Any:
+        text = self._text(i)
         if text in ("", "None"):
             if default is _MISSING:
                 raise Unmodelled(f"{self.name}: value of argument {i} is not recorded")
@@ -155,6 +173,29 @@ class OpCall:
             return value
         raise Unmodelled(f"{self.name}: argument {i} is not a bool: {value!r}")
 
+    def floats_at(self, i: int, default: Any = _MISSING) -> tuple[float, ...] | Any:
+        """A float[] argument such as scale_factors ("[2., 2.]"); one number is one element."""
+        value = self._value(i, default)
+        if value is default:
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return (float(value),)
+        if isinstance(value, (list, tuple)) and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            return tuple(float(v) for v in value)
+        raise Unmodelled(f"{self.name}: argument {i} is not a float list: {value!r}")
+
+    def text_at(self, i: int, default: Any = _MISSING) -> str:
+        """A str argument (an einsum equation, a reduce mode), as recorded."""
+        text = self._text(i)
+        if not text or text == "None":
+            if default is _MISSING:
+                raise Unmodelled(f"{self.name}: value of argument {i} is not recorded")
+            return default
+        if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+            return text[1:-1]
+        return text
+
     def float_at(self, i: int, default: Any = _MISSING) -> float:
         value = self._value(i, default)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -177,10 +218,13 @@ class OpCall:
         """Promotion category of a Scalar argument from its recorded text (float if unknown)."""
         text = self.concrete[i].strip() if i < len(self.concrete) else ""
         if text in ("True", "False"):
-            return 0
-        if text.lstrip("-").isdigit():
-            return 1
-        return 3 if text.endswith("j") else 2
+            category = 0
+        elif text.lstrip("-").isdigit():
+            category = 1
+        else:
+            category = 3 if text.endswith("j") else 2
+        self.reads.setdefault(i, f"<scalar category {category}>")
+        return category
 
     def arg_count(self) -> int:
         return len(self.shapes)

@@ -6,6 +6,8 @@ by the PCIe/NVLink link, not HBM; shapes alone cannot tell them from device copi
 """
 from __future__ import annotations
 
+import math
+
 from kernel_advisor.analyze.costs import dtypes as dt
 from kernel_advisor.analyze.costs.call import OpCall, Tensor
 from kernel_advisor.analyze.costs.common import ZERO_COST_DTYPE, io_cost, written
@@ -83,8 +85,9 @@ def _concat_dtype(parts: list[Tensor]) -> str:
 @register("cat", "concat", "concatenate")
 def cat(call: OpCall) -> OpCost:
     # cat(tensors, dim): every input read once, the concatenation written once. Legacy
-    # empty [0] inputs are skipped by ATen and weigh nothing here.
-    parts = call.tensor_list(0)
+    # empty [0] inputs are skipped by ATen and weigh nothing here. Element dtypes: see
+    # dtypes.ASSUMED_LIST_DTYPE.
+    parts = call.tensor_list(0, unrecorded_dtype=dt.ASSUMED_LIST_DTYPE)
     out_numel = sum(t.numel for t in parts)
     out_dtype = _concat_dtype(parts)
     return io_cost(0, parts, [written((out_numel,), out_dtype)], out_dtype)
@@ -92,7 +95,7 @@ def cat(call: OpCall) -> OpCost:
 
 @register("stack")
 def stack(call: OpCall) -> OpCost:
-    parts = call.tensor_list(0)
+    parts = call.tensor_list(0, unrecorded_dtype=dt.ASSUMED_LIST_DTYPE)
     if len({t.shape for t in parts}) > 1:
         raise Unmodelled(f"{call.name}: stacked tensors differ in shape")
     out_dtype = _concat_dtype(parts)
@@ -125,6 +128,33 @@ def full(call: OpCall) -> OpCost:
     return _created(call.ints_at(0), call.dtype_code_at(2) or inferred)
 
 
+def arange_length(start: float, end: float, step: float) -> int:
+    """torch.arange's element count: ceil((end - start) / step)."""
+    if step == 0:
+        raise Unmodelled("arange with step 0")
+    return max(math.ceil((end - start) / step), 0)
+
+
+@register("arange")
+def arange(call: OpCall) -> OpCost:
+    # arange(end, dtype, layout, device, pin_memory) | arange.start(start, end, dtype, ...)
+    # | arange.start_step(start, end, step, dtype, ...) | arange.start_out(start, end, step,
+    # out): 5, 6, 7 or 4 arguments. Without a dtype, integer bounds give int64 and any float
+    # bound the default float32; out= gives its own.
+    bounds = {4: 3, 5: 1, 6: 2, 7: 3}.get(call.arg_count())
+    if bounds is None:
+        raise Unmodelled(f"{call.name}: unknown overload with {call.arg_count()} arguments")
+    values = [call.float_at(i) for i in range(bounds)]
+    start, end, step = [0.0, *values, 1.0][:3] if bounds == 1 else [*values, 1.0][:3]
+    if call.arg_count() == 4:
+        dtype = call.tensor(3).dtype
+    else:
+        inferred = "int64" if all(call.scalar_category(i) < 2 for i in range(bounds)) \
+            else "float32"
+        dtype = call.dtype_code_at(bounds) or inferred
+    return _created((arange_length(start, end, step),), dtype)
+
+
 @register("zeros_like", "ones_like", "rand_like", "randn_like")
 def zeros_like(call: OpCall) -> OpCost:
     # zeros_like(self, dtype, layout, device, pin_memory, memory_format): self is not read.
@@ -138,17 +168,27 @@ def full_like(call: OpCall) -> OpCost:
     return _created(x.shape, call.dtype_code_at(2) or x.dtype)
 
 
-@register("constant_pad_nd")
-def constant_pad_nd(call: OpCall) -> OpCost:
-    # constant_pad_nd(self, pad, value): pad pairs apply from the last dim backwards.
-    x = call.tensor(0)
-    pad = call.ints_at(1)
-    if len(pad) % 2 or len(pad) // 2 > len(x.shape):
-        raise Unmodelled(f"{call.name}: pad {pad} does not fit {x.shape}")
-    out = list(x.shape)
+def padded_shape(shape: tuple, pad: tuple[int, ...]) -> tuple[int, ...]:
+    """F.pad's output: pad pairs (before, after) apply from the last dim backwards;
+    negative pads crop."""
+    if len(pad) % 2 or len(pad) // 2 > len(shape):
+        raise Unmodelled(f"pad {pad} does not fit {shape}")
+    out = list(shape)
     for i in range(len(pad) // 2):
         out[-1 - i] += pad[2 * i] + pad[2 * i + 1]
-    return copy_cost(x, tuple(out), x.dtype)
+    return tuple(out)
+
+
+@register("constant_pad_nd", "pad", "_pad_enum", "_pad_circular", "reflection_pad1d",
+          "reflection_pad2d", "reflection_pad3d", "replication_pad1d", "replication_pad2d",
+          "replication_pad3d")
+def pad(call: OpCall) -> OpCost:
+    # constant_pad_nd(self, pad, value) | pad(self, pad, mode, value) | reflection_pad2d(self,
+    # padding) | ...: every mode reads the input once and writes the padded output once
+    # (reflect/replicate/circular read border elements again, from cache), so the mode -
+    # a string the profiler does not record - does not change the cost.
+    x = call.tensor(0)
+    return copy_cost(x, padded_shape(x.shape, call.ints_at(1)), x.dtype)
 
 
 @register("repeat")

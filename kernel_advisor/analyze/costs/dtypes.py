@@ -14,6 +14,10 @@ from kernel_advisor.analyze.costs.errors import Unmodelled
 SCALAR = "scalar"  # a Scalar argument (a Python number), never a tensor
 NONE = ""  # None or an argument torch.profiler does not record
 TENSOR_LIST = "TensorList"  # torch.profiler records no element dtype for a Tensor[] argument
+# NB: formulas that must price a Tensor[] whose element dtypes were not recorded (cat, stack,
+# einsum) assume torch's default dtype: bytes are 2x too high for bf16/fp16 elements and
+# 2x too low for float64 ones.
+ASSUMED_LIST_DTYPE = "float32"
 
 _PROFILER_NAMES = {
     "float": "float32",

@@ -120,3 +120,45 @@ def index(call: OpCall) -> OpCost:
     out_shape = broadcast(*(t.shape for t in indices)) + x.shape[len(indices):]
     out = written(out_shape, x.dtype)
     return cost(0, sum(t.bytes for t in indices) + 2 * out.bytes, x.dtype)
+
+
+EMBEDDING_BAG_SUM, EMBEDDING_BAG_MEAN, EMBEDDING_BAG_MAX = 0, 1, 2
+
+
+def embedding_bag_flops(gathered: int, bags: int, width: int, mode: int,
+                        weighted: bool) -> int:
+    """One add (sum, mean) or compare (max) per gathered element, one multiply more with
+    per_sample_weights, one divide per output element for mean."""
+    per_gathered = 1 + (1 if weighted else 0)
+    return per_gathered * gathered * width + (bags * width if mode == EMBEDDING_BAG_MEAN else 0)
+
+
+@register("embedding_bag", "_embedding_bag", "_embedding_bag_forward_only")
+def embedding_bag(call: OpCall) -> OpCost:
+    # embedding_bag(weight [V, D], indices, offsets, scale_grad_by_freq, mode, sparse,
+    #               per_sample_weights, include_last_offset, padding_idx) -> [bags, D]:
+    # 1-D indices with offsets (one bag per offset; the last is an end marker when
+    # include_last_offset), or 2-D indices [bags, L] without offsets.
+    # NB: indices equal to padding_idx are skipped by the kernel; counted here.
+    # NB: the bookkeeping outputs (offset2bag, bag_size, max_indices) are not counted.
+    weight, idx = call.tensor(0), call.tensor(1)
+    offsets = call.optional_tensor(2)
+    if len(weight.shape) != 2 or len(idx.shape) not in (1, 2):
+        raise Unmodelled(f"{call.name}: weight {weight.shape}, indices {idx.shape}")
+    mode = call.int_at(4, EMBEDDING_BAG_SUM)
+    if mode not in (EMBEDDING_BAG_SUM, EMBEDDING_BAG_MEAN, EMBEDDING_BAG_MAX):
+        raise Unmodelled(f"{call.name}: unknown mode {mode}")
+    if len(idx.shape) == 2:
+        bags = idx.shape[0]
+    elif offsets is not None and len(offsets.shape) == 1:
+        bags = offsets.shape[0] - (1 if call.bool_at(7, False) else 0)
+    else:
+        raise Unmodelled(f"{call.name}: 1-D indices without offsets")
+    per_sample = call.optional_tensor(6)
+    width = weight.shape[1]
+    gathered = written((idx.numel, width), weight.dtype)
+    out = written((max(bags, 0), width), weight.dtype)
+    flops = embedding_bag_flops(idx.numel, bags, width, mode, per_sample is not None)
+    moved = idx.bytes + gathered.bytes + out.bytes + sum(
+        t.bytes for t in (offsets, per_sample) if t is not None)
+    return cost(flops, moved, weight.dtype)

@@ -5,7 +5,8 @@ writes the loss; eager PyTorch also writes and re-reads the log-probabilities (o
 logits-sized round trip) - exactly the gap fused kernels (Liger, Apex xentropy) close.
 FLOPs per element: cross entropy = log_softmax's 5 (+1 with label smoothing); mse 3
 (subtract, square, accumulate), l1 3, smooth_l1/huber 5, bce 7, bce_with_logits 8, kl_div 4;
-backward ops about one less. NB: per-row work (pick the target, divide by n) is not counted.
+backward ops about one less; triplet_margin_loss 4 per element per distance (subtract, add
+eps, |x|^p, accumulate), two distances or three with swap. NB: per-row work (pick the target, divide by n) is not counted.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from kernel_advisor.analyze.costs.call import OpCall, Tensor
 from kernel_advisor.analyze.costs.common import io_cost, written
 from kernel_advisor.analyze.costs.errors import Unmodelled
 from kernel_advisor.analyze.costs.registry import OpCost, register
+from kernel_advisor.analyze.costs.shapes import broadcast, numel
 from kernel_advisor.analyze.costs.softmax import FORWARD_FLOPS_PER_ELEMENT
 
 REDUCTION_NONE = 0  # at::Reduction::None; 1 is Mean, 2 is Sum
@@ -111,3 +113,26 @@ def loss_backward(call: OpCall) -> OpCost:
     flops = _LOSS_BACKWARD[call.name.removeprefix("aten::")] * x.numel
     return io_cost(flops, [grad, x, target, weight], [written(x.shape, x.dtype)], x.dtype)
 
+
+
+DISTANCE_FLOPS_PER_ELEMENT = 4  # (x - y + eps) ** p, accumulated: subtract, add, pow, add
+
+
+def triplet_margin_flops(elements: int, swap: bool) -> int:
+    """d(a, p) and d(a, n) (and d(p, n) with swap) over the broadcast elements."""
+    return DISTANCE_FLOPS_PER_ELEMENT * elements * (3 if swap else 2)
+
+
+@register("triplet_margin_loss")
+def triplet_margin_loss(call: OpCall) -> OpCost:
+    # (anchor, positive, negative, margin, p, eps, swap, reduction): the distances reduce
+    # the last dim; loss = clamp_min(margin + d(a, p) - d(a, n), 0) per row.
+    # NB: eager PyTorch materialises each difference and distance (pairwise_distance, norm):
+    # the bytes here are those of one fused pass.
+    a, pos, neg = call.tensor(0), call.tensor(1), call.tensor(2)
+    shape = broadcast(a.shape, pos.shape, neg.shape)
+    if not shape:
+        raise Unmodelled(f"{call.name}: 0-dim inputs")
+    out = _loss_out(shape[:-1], call.int_at(7, 1), a.dtype)
+    flops = triplet_margin_flops(numel(shape), call.bool_at(6, False))
+    return io_cost(flops, [a, pos, neg], [out], a.dtype)

@@ -52,5 +52,30 @@ def op_cost(name: str, input_shapes: Sequence, input_dtypes: Sequence,
         return None
 
 
+def cost_arguments(name: str, input_shapes: Sequence, input_dtypes: Sequence,
+                   concrete_inputs: Sequence | None) -> tuple[tuple[int, str], ...]:
+    """The concrete (non-tensor) arguments this call's cost depends on, as (position, text).
+
+    These are exactly the values the op's formula reads (stride, padding, groups, dims,
+    scale factors, ...): two calls with equal shapes, dtypes and cost arguments cost the
+    same, so op rows may merge them; calls that differ in any of them may not. Views'
+    offsets and indices, which no formula reads, are left out, and a Scalar operand read
+    only for type promotion counts by its category (`x * 0.5` and `x * 0.25` share a row).
+    Empty for unmodelled ops.
+    """
+    formula = _FORMULAS.get(name)
+    if formula is None:
+        return ()
+    try:
+        call = OpCall.from_trace(name, input_shapes, input_dtypes, concrete_inputs)
+    except Unmodelled:
+        return ()
+    try:
+        formula(call)
+    except Unmodelled:
+        pass  # the values read before giving up still tell the calls apart
+    return tuple(sorted(call.reads.items()))
+
+
 def modelled_op_names() -> frozenset[str]:
     return frozenset(_FORMULAS)
