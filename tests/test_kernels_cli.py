@@ -49,7 +49,9 @@ def test_list_shows_every_registered_kernel(args):
 def test_list_json_carries_status_per_kernel():
     result = advisor("kernels", "--device", "cpu", "--json")
     assert result.exit_code == 0, result.output
-    rows = {row["id"]: row for row in json.loads(result.stdout)}
+    doc = json.loads(result.stdout)
+    assert doc["schema_version"] == 2 and doc["device"] == "cpu"
+    rows = {row["id"]: row for row in doc["kernels"]}
     assert rows["triton.softmax"]["status"] == "ok"  # Triton runs on CPU in the interpreter
     assert rows["triton.softmax"]["replaces_aten"] == ["aten::_softmax"]
     assert rows["triton.matmul"]["has_backward"] is False

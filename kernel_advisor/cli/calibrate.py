@@ -1,7 +1,6 @@
 """`advisor calibrate`: measure this machine's achievable ceilings and cache them."""
 from __future__ import annotations
 
-import json
 from enum import Enum
 from typing import Annotated
 
@@ -19,6 +18,9 @@ from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.collect.rundir import write_error
 from kernel_advisor.render.units import fmt_frac_pct, fmt_si, fmt_time_s
+from kernel_advisor.records.base import json_text
+
+CALIBRATE_JSON_VERSION = 1
 
 
 class CalibrateDevice(str, Enum):
@@ -87,13 +89,13 @@ def calibrate_cmd(
     sheet = datasheet_ceilings(identity.name, device_type)
     if json_out:
         spec = spec_for(identity.name, device_type)
-        typer.echo(json.dumps({
+        typer.echo(json_text({
             "device": {"type": device_type, "name": identity.name, "driver": identity.driver},
             "cache_file": str(path), "from_cache": from_cache, "calibration": cal.to_json(),
             "ceilings": ceilings.to_dict(),
             "datasheet": None if sheet is None else {"id": spec.id, "citation": spec.source,
                                                      "ceilings": sheet.to_dict()},
-        }, indent=2))
+        }, CALIBRATE_JSON_VERSION))
         return
     if from_cache:
         console.err.print(f"cached calibration from {cal.created}; --force measures again")

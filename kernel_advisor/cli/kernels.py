@@ -1,7 +1,6 @@
 """`advisor kernels`: list the reference kernels and check them for correctness."""
 from __future__ import annotations
 
-import json
 import math
 from enum import Enum
 from typing import Annotated, Optional
@@ -13,6 +12,9 @@ from rich.table import Table
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded, new_typer
 from kernel_advisor.errors import CorrectnessError, EnvironmentCapabilityError
+from kernel_advisor.records.base import json_text
+
+KERNELS_JSON_VERSION = 2  # 2: an object with "kernels" (was a bare list), schema_version first
 from reference_kernels.registry import KernelSpec, all_kernels, get_kernel
 
 kernels_app = new_typer(
@@ -62,7 +64,8 @@ def list_cmd(device: DeviceOption = KernelDevice.auto, as_json: JsonOption = Fal
 def _print_list(device: str, as_json: bool) -> None:
     specs = all_kernels()
     if as_json:
-        typer.echo(json.dumps([_spec_dict(s, device) for s in specs], indent=2))
+        typer.echo(json_text({"device": device, "kernels": [_spec_dict(s, device) for s in specs]},
+                             KERNELS_JSON_VERSION))
         return
     table = Table(title=f"Reference kernels (status on {device})")
     table.add_column("id", no_wrap=True)
@@ -119,8 +122,7 @@ def verify_cmd(
         report(f"verifying on {where}", len(specs), len(specs))
     if as_json:
         # Plain echo: rich would wrap long failure reasons inside JSON strings.
-        typer.echo(json.dumps({"device": where, "results": [r.to_dict() for r in results]},
-                              indent=2))
+        typer.echo(json_text({"device": where, "results": [r.to_dict() for r in results]}, KERNELS_JSON_VERSION))
     else:
         _print_results(results, where)
     failed = [r.kernel_id for r in results if not r.passed]

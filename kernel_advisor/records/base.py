@@ -38,6 +38,13 @@ def check_record(doc: Any, path: Path | str, version: int, required: Iterable[st
     return doc
 
 
+def json_text(doc: Any, schema_version: int) -> str:
+    """A JSON document for stdout: `schema_version` first, NaN/Inf as null, parseable anywhere."""
+    body = strict(doc)
+    body = {"schema_version": schema_version, **body} if isinstance(body, dict) else body
+    return json.dumps(body, indent=2, allow_nan=False)
+
+
 def strict(value: Any) -> Any:
     """JSON-ready: NaN and ±Inf become null, tuples lists, numpy scalars Python numbers."""
     if isinstance(value, float):

@@ -1,12 +1,13 @@
 """Tables and lines for a distributed run: per rank, per collective, one summary line."""
 from __future__ import annotations
 
-import json
 
 import pandas as pd
 from rich.table import Table
 from rich.text import Text
 
+from kernel_advisor.collect.rundir import SCHEMA_VERSION
+from kernel_advisor.records.base import json_text
 from kernel_advisor.render.units import fmt_frac_pct, fmt_pct, fmt_si, fmt_time_s
 
 COLLECTIVE_LABEL = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
@@ -86,5 +87,4 @@ def distributed_line(evidence: dict) -> str:
 def distributed_json(meta: dict, ops: pd.DataFrame, run_dir, top: int, doc: dict) -> str:
     """`advisor profile --json` for a distributed run: rank 0's hotspots plus ranks.json."""
     hot = ops.head(top).to_dict(orient="records")
-    return json.dumps({"run_dir": str(run_dir), "run": meta, "hotspots": hot, "ranks": doc},
-                      indent=2, default=lambda o: o.item() if hasattr(o, "item") else str(o))
+    return json_text({"run_dir": str(run_dir), "run": meta, "hotspots": hot, "ranks": doc}, SCHEMA_VERSION)

@@ -1,13 +1,14 @@
 """The profile's hotspot table, summary line and JSON."""
 from __future__ import annotations
 
-import json
 import statistics
 
 import pandas as pd
 from rich.table import Table
 from rich.text import Text
 
+from kernel_advisor.collect.rundir import SCHEMA_VERSION
+from kernel_advisor.records.base import json_text
 from kernel_advisor.render.units import fmt_frac_pct, fmt_pct, fmt_si, fmt_time_s, shorten
 
 VERDICT_STYLE = {"compute-bound": "green", "memory-bound": "cyan", "under-occupied": "blue", "latency-bound": "yellow",
@@ -86,11 +87,6 @@ def summary_line(meta: dict, run_dir) -> str:
 
 
 def profile_json(meta: dict, ops: pd.DataFrame, run_dir, top: int) -> str:
+    """`profile --json` / `import --json`: strict JSON (no NaN) with the run schema's version."""
     hot = ops.head(top).to_dict(orient="records")
-    return json.dumps({"run_dir": str(run_dir), "run": meta, "hotspots": hot}, indent=2, default=_default)
-
-
-def _default(obj):
-    if hasattr(obj, "item"):
-        return obj.item()
-    return str(obj)
+    return json_text({"run_dir": str(run_dir), "run": meta, "hotspots": hot}, SCHEMA_VERSION)
