@@ -124,8 +124,12 @@ def get_kernel(kernel_id: str) -> KernelSpec:
     for spec in all_kernels():
         if spec.id == kernel_id:
             return spec
-    known = ", ".join(s.id for s in all_kernels())
+    from difflib import get_close_matches
+
     from reference_kernels.errors import KernelInputError
 
-    raise KernelInputError(f"unknown kernel id '{kernel_id}'",
-                         f"choose one of: {known} (see `advisor kernels`)")
+    ids = [s.id for s in all_kernels()]
+    close = get_close_matches(kernel_id, ids, n=1, cutoff=0.6)
+    if close:
+        raise KernelInputError(f"unknown kernel id '{kernel_id}'", f"did you mean {close[0]}? (see `advisor kernels`)")
+    raise KernelInputError(f"unknown kernel id '{kernel_id}'", f"choose one of: {', '.join(ids)} (see `advisor kernels`)")

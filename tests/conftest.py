@@ -32,3 +32,11 @@ def advisor_home(tmp_path, monkeypatch):
 @pytest.fixture
 def examples_dir():
     return os.path.join(REPO, "examples")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_advisor_home(tmp_path_factory, monkeypatch):
+    """No test reads or writes the user's `.advisor` or calibration cache: each gets its own."""
+    home = tmp_path_factory.mktemp("advisor-home")
+    monkeypatch.setenv("ADVISOR_HOME", str(home / ".advisor"))  # a test's own fixture may override it
+    monkeypatch.setenv("ADVISOR_CACHE_DIR", str(home / "cache"))

@@ -211,6 +211,10 @@ def resolve_run(run: str | Path | None = None) -> Path:
     """A run directory from an explicit path or, when None, from `latest`."""
     if run is not None:
         path = Path(run)
+        if path.is_file() and path.suffix == ".py":
+            raise UserInputError(f"{path} is a model file; this command reads a run directory",
+                                 f"profile it first (`advisor profile {path}`), then pass the run directory "
+                                 "(or nothing, for the latest run)")
         if not path.is_dir():
             raise UserInputError(f"run directory {path} does not exist",
                                  "pass a directory written by `advisor profile` or `advisor import`")

@@ -18,7 +18,6 @@ PARTIAL_MARKS = (".partial-", ".tmp-")  # RunWriter's and the atomic writers' te
 sys.path.insert(0, str(BATTERY.parent))  # run_factory lives in tests/
 from run_factory import gpt_like_ops, write_run  # noqa: E402
 
-from kernel_advisor.collect.rundir import set_latest  # noqa: E402
 
 _runner = CliRunner()
 
@@ -78,5 +77,7 @@ def assert_nothing_partial(home: Path, latest_before: str | None) -> None:
 def previous_run(home: Path, name: str = "prev-run", **meta) -> Path:
     """A complete run made `latest`, as if an earlier `advisor profile` had finished."""
     path = write_run(Path(home) / "runs" / name, gpt_like_ops(), **meta)
-    set_latest(path)
+    # Under `home`, whatever ADVISOR_HOME says: module-scoped fixtures run outside a test's
+    # environment, and set_latest would write the working directory's .advisor.
+    (Path(home) / "runs" / "latest").write_text(f"{name}\n")
     return path
