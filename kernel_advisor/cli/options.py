@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 from enum import Enum
+from typing import Annotated, Optional
+
+import typer
 
 
 class Device(str, Enum):
@@ -20,3 +23,17 @@ class DType(str, Enum):
     float32 = "float32"
     bfloat16 = "bfloat16"
     float16 = "float16"
+
+
+class Autocast(str, Enum):
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+AutocastOption = Annotated[Optional[Autocast], typer.Option(
+    help="Run steps under torch.autocast with this dtype instead of casting the model (for models that make "
+         "float32 tensors in forward, such as an LSTM's hidden state); not with a 16-bit --dtype.")]
+
+
+def autocast_name(autocast: Optional[Autocast]) -> Optional[str]:
+    return autocast.value if autocast is not None else None

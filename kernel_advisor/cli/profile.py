@@ -8,11 +8,11 @@ import typer
 
 from kernel_advisor.analyze.regions import region_view
 from kernel_advisor.cli import console
-from kernel_advisor.cli.options import Device, DType, Mode
+from kernel_advisor.cli.options import AutocastOption, Device, DType, Mode, autocast_name
 from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.collect.loader import load_model
 from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
-from kernel_advisor.collect.pipeline import profile_to_run
+from kernel_advisor.pipeline import profile_to_run
 from kernel_advisor.collect.profiler import validate_counts
 from kernel_advisor.collect.rundir import default_run_dir, load_run
 from kernel_advisor.distributed.assemble import load_ranks_document
@@ -31,6 +31,7 @@ def profile_cmd(
     device: Annotated[Device, typer.Option(help="Where to run; auto picks cuda when a GPU is visible.")] = Device.auto,
     mode: Annotated[Mode, typer.Option(help="inference: no_grad forward; train: forward + backward of a scalar loss.")] = Mode.inference,
     dtype: Annotated[DType, typer.Option(help="Cast the model and floating inputs; keep leaves them as written.")] = DType.keep,
+    autocast: AutocastOption = None,
     warmup: Annotated[int, typer.Option(help="Steps run before profiling (compile, lazy init, autotuning).")] = 3,
     steps: Annotated[int, typer.Option(help="Profiled steps.")] = 5,
     out: Annotated[Optional[Path], typer.Option(help="Run directory to write (default .advisor/runs/<model>-<time>).")] = None,
@@ -45,17 +46,18 @@ def profile_cmd(
     """Profile MODEL on the device, attribute device time to ops, classify each hotspot on the roofline."""
     validate_counts(warmup, steps)
     if nproc_per_node != 1 or fsdp:
-        _check_distributed_options(nproc_per_node, fsdp, mode)
+        _check_distributed_options(nproc_per_node, fsdp, mode, autocast_name(autocast))
         request = DistributedRequest(model=model, entry=entry, device=device.value, mode=mode.value,
                                      dtype=dtype.value, warmup=warmup, steps=steps, seed=seed,
                                      nproc_per_node=nproc_per_node, fsdp=fsdp)
         _profile_distributed(request, out, top, json_out)
         return
     with mirror_user_nvtx():  # @nvtx.annotate decorators are applied when the file is imported
-        loaded = load_model(model, entry=entry, device=device.value, dtype=dtype.value, seed=seed)
+        loaded = load_model(model, entry=entry, device=device.value, dtype=dtype.value, seed=seed,
+                            autocast=autocast_name(autocast))
     run_dir = out if out is not None else default_run_dir(loaded.path.stem)
-    args = {"device": loaded.device.type, "mode": mode.value, "dtype": dtype.value, "warmup": warmup,
-            "steps": steps, "seed": seed, "entry": entry}
+    args = {"device": loaded.device.type, "mode": mode.value, "dtype": dtype.value,
+            "autocast": autocast_name(autocast), "warmup": warmup, "steps": steps, "seed": seed, "entry": entry}
     progress, report = console.step_progress(enabled=not json_out)
     with progress:
         run_dir, meta = profile_to_run(loaded, args, run_dir, report)
@@ -73,7 +75,10 @@ def profile_cmd(
     console.out.print(summary_line(run.meta, run_dir))
 
 
-def _check_distributed_options(nproc_per_node: int, fsdp: bool, mode: Mode) -> None:
+def _check_distributed_options(nproc_per_node: int, fsdp: bool, mode: Mode, autocast: Optional[str]) -> None:
+    if autocast is not None:
+        raise UserInputError("--autocast is not supported with --nproc-per-node or --fsdp yet",
+                             "profile one process with --autocast, or cast with --dtype")
     if nproc_per_node < 1:
         raise UserInputError(f"--nproc-per-node must be at least 1 (got {nproc_per_node})",
                              "use --nproc-per-node 2 (or more) for a distributed run")

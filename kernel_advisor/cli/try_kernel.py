@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from kernel_advisor.cli import console
-from kernel_advisor.cli.options import Device, DType, Mode
+from kernel_advisor.cli.options import AutocastOption, Device, DType, Mode, autocast_name
 from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.collect.loader import load_model, resolve_device
 from kernel_advisor.errors import CorrectnessError, UserInputError
@@ -40,6 +40,7 @@ def try_kernel_cmd(
     device: Annotated[Device, typer.Option(help="Where to run; auto picks cuda when a GPU is visible.")] = Device.auto,
     mode: Annotated[Mode, typer.Option(help="inference: no_grad forward; train: forward + backward (gradients are checked too).")] = Mode.inference,
     dtype: Annotated[DType, typer.Option(help="Cast the model and floating inputs; keep leaves them as written.")] = DType.keep,
+    autocast: AutocastOption = None,
     entry: Annotated[Optional[str], typer.Option(help="Function in the file returning (model, inputs).")] = None,
     seed: Annotated[int, typer.Option(help="Seed for model init; correctness draws use seed+1, seed+2, …")] = 0,
     draws: Annotated[int, typer.Option(help="Fresh random input draws through the correctness gate.")] = 3,
@@ -58,11 +59,12 @@ def try_kernel_cmd(
     dev = resolve_device(device.value)
     if dev.type == "cpu":
         _use_triton_interpreter()
-    loaded = load_model(model, entry=entry, device=dev.type, dtype=dtype.value, seed=seed)
+    loaded = load_model(model, entry=entry, device=dev.type, dtype=dtype.value, seed=seed,
+                        autocast=autocast_name(autocast))
     options = TryOptions(mode=mode.value, draws=draws, reps=reps, warmup=warmup, compile=not no_compile,
                          compile_mode=compile_mode.value, check_only=check_only, seed=seed)
     args = {"kernel_ids": list(kernel_ids or []), "all": all_, "impl": impl, "op": op, "device": dev.type,
-            "dtype": dtype.value, "entry": entry, **dataclasses.asdict(options)}
+            "dtype": dtype.value, "autocast": autocast_name(autocast), "entry": entry, **dataclasses.asdict(options)}
     progress, report_cb = console.step_progress(enabled=not json_out)
     with progress:
         result = run_try_kernel(loaded, list(kernel_ids or []), all_, impl, op, run, options, args, report_cb)

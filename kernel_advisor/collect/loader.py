@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import re
 import sys
 import traceback
 import uuid
@@ -22,6 +23,7 @@ from kernel_advisor.collect.tree import map_tensors, tensor_leaves
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
 
 DTYPES = {"keep": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
@@ -38,6 +40,7 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype | None
     make_inputs: Callable[[int], list]  # seed -> a fresh draw of inputs, on device and cast
+    autocast: torch.dtype | None = None  # steps run under torch.autocast(device, autocast)
 
 
 def resolve_device(device: str) -> torch.device:
@@ -53,10 +56,11 @@ def resolve_device(device: str) -> torch.device:
 
 
 def load_model(path: str | Path, entry: str | None = None, device: str = "auto",
-               dtype: str = "keep", seed: int = 0) -> LoadedModel:
+               dtype: str = "keep", seed: int = 0, autocast: str | None = None) -> LoadedModel:
     path = _check_path(Path(path))
     if dtype not in DTYPES:
         raise UserInputError(f"unknown dtype '{dtype}'", f"use one of {', '.join(DTYPES)}")
+    _check_autocast(autocast, dtype)
     dev = resolve_device(device)
     cast = DTYPES[dtype]
     module = import_model_file(path)
@@ -75,7 +79,20 @@ def load_model(path: str | Path, entry: str | None = None, device: str = "auto",
     if loss_fn is not None and not callable(loss_fn):
         raise UserInputError(f"{path.name}: loss_fn is not callable", "define `def loss_fn(output): ...`")
     return LoadedModel(path=path, sha256=file_sha256(path), entry=entry, module=module, model=model,
-                       inputs=inputs, loss_fn=loss_fn, device=dev, dtype=cast, make_inputs=make_inputs)
+                       inputs=inputs, loss_fn=loss_fn, device=dev, dtype=cast, make_inputs=make_inputs,
+                       autocast=AUTOCAST_DTYPES[autocast] if autocast else None)
+
+
+def _check_autocast(autocast: str | None, dtype: str) -> None:
+    if autocast is None:
+        return
+    if autocast not in AUTOCAST_DTYPES:
+        raise UserInputError(f"unknown --autocast '{autocast}'", f"use one of {', '.join(AUTOCAST_DTYPES)}")
+    if DTYPES[dtype] in AUTOCAST_DTYPES.values():
+        # autocast keeps the weights in float32 and casts per op; a 16-bit model leaves it nothing to do
+        raise UserInputError(f"--autocast {autocast} with --dtype {dtype}: autocast needs the model in float32, "
+                             f"--dtype {dtype} casts it", f"drop --dtype {dtype}; --autocast {autocast} runs the "
+                             f"matmuls and convolutions in {autocast}")
 
 
 def file_sha256(path: Path) -> str:
@@ -118,14 +135,27 @@ def import_model_file(path: Path) -> ModuleType:
     return module
 
 
-def user_code_error(path: Path, doing: str, exc: BaseException) -> UserInputError:
-    """An error raised in the user's code, located at their innermost frame in their file."""
+# NB: what PyTorch says when a float32 tensor made inside forward meets a cast 16-bit one.
+DTYPE_MISMATCH = re.compile(r"same dtype|expected .*dtype|expected scalar type|Input type \(.*\) and (bias|weight) type",
+                            re.IGNORECASE)
+
+
+def user_code_error(path: Path, doing: str, exc: BaseException, cast: torch.dtype | None = None) -> UserInputError:
+    """An error raised in the user's code, located at their innermost frame in their file.
+
+    `cast` is the --dtype the model was cast to: a dtype mismatch under a 16-bit cast is
+    usually float32 state made in forward, which --autocast handles.
+    """
     frame = _innermost_user_frame(path, exc)
     where = f"{path.name}:{frame.lineno} in {frame.name}" if frame else path.name
     msg = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
     fix = "fix the model file (rerun with --debug for the full traceback)"
     if isinstance(exc, ModuleNotFoundError):
         fix = f"install the missing module '{exc.name}' or remove the import"
+    elif cast in AUTOCAST_DTYPES.values() and DTYPE_MISMATCH.search(str(exc)):
+        name = str(cast).replace("torch.", "")
+        fix = (f"the model makes tensors of another dtype in forward: use --autocast {name} "
+               f"instead of --dtype {name}")
     return UserInputError(f"{where}: {msg} (while {doing})", fix)
 
 

@@ -155,6 +155,8 @@ def _peak_memory(dev: torch.device) -> tuple[int, str]:
 
 def effective_dtype(loaded: LoadedModel) -> str:
     """The floating dtype the model actually computes in (its first floating parameter or input)."""
+    if loaded.autocast is not None:  # float32 weights, but the matmuls and convolutions run in this
+        return str(loaded.autocast).replace("torch.", "")
     model: Any = loaded.model
     if isinstance(model, torch.nn.Module):
         for p in model.parameters():

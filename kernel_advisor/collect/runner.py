@@ -1,6 +1,7 @@
 """One step of the user's model: inference (no_grad forward) or train (forward + backward)."""
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 import torch
@@ -21,23 +22,30 @@ def make_step(loaded: LoadedModel, mode: str) -> Callable[[], Any]:
         model.train(mode == "train")
 
     def inference_step():
-        with torch.no_grad():
+        with torch.no_grad(), _autocast(loaded):
             return _call_forward(loaded, model, inputs)
 
     def train_step():
         if isinstance(model, torch.nn.Module):
             model.zero_grad(set_to_none=True)
-        out = _call_forward(loaded, model, inputs)
-        loss = scalar_loss(loaded, out)
+        with _autocast(loaded):  # forward and loss; backward runs outside, as torch.autocast asks
+            out = _call_forward(loaded, model, inputs)
+            loss = scalar_loss(loaded, out)
         try:
             loss.backward()
         except torch.OutOfMemoryError as e:
             raise out_of_memory_error("running backward") from e
         except RuntimeError as e:
-            raise user_code_error(loaded.path, "running backward", e) from e
+            raise user_code_error(loaded.path, "running backward", e, loaded.dtype) from e
         return out
 
     return inference_step if mode == "inference" else train_step
+
+
+def _autocast(loaded: LoadedModel):
+    if loaded.autocast is None:
+        return contextlib.nullcontext()
+    return torch.autocast(loaded.device.type, dtype=loaded.autocast)
 
 
 def _call_forward(loaded: LoadedModel, model, inputs):
@@ -46,7 +54,7 @@ def _call_forward(loaded: LoadedModel, model, inputs):
     except torch.OutOfMemoryError as e:
         raise out_of_memory_error("running the forward pass") from e
     except Exception as e:  # noqa: BLE001 - reported at the user's own frame
-        raise user_code_error(loaded.path, "running the forward pass", e) from e
+        raise user_code_error(loaded.path, "running the forward pass", e, loaded.dtype) from e
 
 
 def scalar_loss(loaded: LoadedModel, output: Any) -> torch.Tensor:
@@ -55,7 +63,7 @@ def scalar_loss(loaded: LoadedModel, output: Any) -> torch.Tensor:
         try:
             loss = loaded.loss_fn(output)
         except Exception as e:  # noqa: BLE001
-            raise user_code_error(loaded.path, "calling loss_fn(output)", e) from e
+            raise user_code_error(loaded.path, "calling loss_fn(output)", e, loaded.dtype) from e
     else:
         floats = [t for _, t in tensor_leaves(output) if t.is_floating_point() and t.requires_grad]
         if not floats:

@@ -10,6 +10,7 @@ from typing import Callable, Sequence
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.rundir import write_json_atomic
 from kernel_advisor.trykernel.candidates import Candidate, from_impl
+from kernel_advisor.trykernel.measure import INTERPRETED
 from kernel_advisor.trykernel.patterns import find_patterns
 from kernel_advisor.trykernel.results import TryReport, report_json
 from kernel_advisor.trykernel.selection import (RunContext, build_sets, census_op_names, find_run,
@@ -66,11 +67,11 @@ def _timing_notes(report: TryReport, loaded: LoadedModel, options: TryOptions) -
     untimed = report.timing.startswith("none")
     if untimed and options.compile:
         notes.append("torch.compile variant left out: nothing is timed, so compiling would buy nothing")
-    if loaded.device.type != "cpu":
+    if loaded.device.type != "cpu" or untimed:
         return notes
-    if untimed and not options.check_only:
-        notes.append("on CPU, Triton kernels run in the interpreter: correctness is checked, nothing is timed")
-    elif not untimed:
-        notes.append("CPU timing: time.perf_counter around whole steps, interleaved, no cache flush; "
-                     "it says nothing about GPU performance")
+    notes.append("CPU timing: time.perf_counter around whole steps, interleaved, no cache flush; "
+                 "it says nothing about GPU performance")
+    if any(v.timing_label.endswith(INTERPRETED) for v in report.variants):
+        notes.append("on CPU, Triton kernels run in the interpreter: they are checked for correctness, "
+                     "not timed; eager, torch.compile and native kernels are timed")
     return notes

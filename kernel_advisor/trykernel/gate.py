@@ -17,6 +17,7 @@ import torch
 # NB: as torch._dynamo.utils.same: a variant may be at most this many times further from
 # the float64 result than eager PyTorch at the same dtype (plus the kernel's rtol).
 REFERENCE_ERROR_MULTIPLIER = 2.0
+CHUNK_ELEMENTS = 1 << 24  # 128 MiB per float64 operand
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,11 @@ def compare_leaf(path: str, got: torch.Tensor | None, base: torch.Tensor,
     return LeafComparison(path, dtype, max_abs, rel, ref_err, base_ref_err, limit, not problem, problem)
 
 
+def finite_problem(got: torch.Tensor, base: torch.Tensor) -> str:
+    """The checks that need no tolerance: NaN/Inf where eager is finite, a constant where it varies."""
+    return _value_problem(got, base, None)
+
+
 def _limit_and_error(rel: float, max_abs: float, ref_err: float, base_ref_err: float,
                      base_norm: float, rtol: float, atol: float) -> tuple[float, float]:
     if base_norm == 0.0:
@@ -94,12 +100,11 @@ def _limit_and_error(rel: float, max_abs: float, ref_err: float, base_ref_err: f
 def _value_problem(got: torch.Tensor, base: torch.Tensor, tolerance: tuple[float, float] | None) -> str:
     if not got.is_floating_point():
         return "" if torch.equal(got, base) else "values differ"
-    bad = ~torch.isfinite(got) & torch.isfinite(base)
-    n_bad = int(bad.sum())
+    n_bad = sum(int((~torch.isfinite(g) & torch.isfinite(b)).sum()) for g, b in _chunks(got, base))
     if n_bad:
         return f"{n_bad} NaN/Inf of {got.numel()} where the baseline is finite"
     if _is_constant(got) and not _is_constant(base):
-        value = float(got.flatten()[0]) if got.numel() else float("nan")
+        value = float(got[(0,) * got.ndim]) if got.numel() else float("nan")
         return f"constant output (every element {value:.4g}) where the baseline varies — was it written?"
     if tolerance is None:
         return ""
@@ -110,34 +115,51 @@ def _value_problem(got: torch.Tensor, base: torch.Tensor, tolerance: tuple[float
     return "" if err <= limit else f"relative error {err:.3g} exceeds {limit:.3g} (max abs {max_abs:.3g})"
 
 
+def _chunks(*ts: torch.Tensor):
+    """Matching flat slices of same-sized tensors in float64, on the last one's device.
+
+    NB: a chunk at a time, so that checking a 2-billion-element output never needs float64
+    copies of it (and boolean-mask indices) that would take tens of GiB at once.
+    """
+    flats = [t.detach().reshape(-1) for t in ts]
+    dev = flats[-1].device
+    for start in range(0, flats[-1].numel(), CHUNK_ELEMENTS):
+        yield [f[start:start + CHUNK_ELEMENTS].to(dev, torch.float64) for f in flats]
+
+
 def _is_constant(t: torch.Tensor) -> bool:
-    finite = t[torch.isfinite(t)]
-    if finite.numel() < 2:
-        return False
-    return bool(finite.max() == finite.min())
+    lo, hi, n = math.inf, -math.inf, 0
+    for (c,) in _chunks(t):
+        finite = torch.isfinite(c)
+        n += int(finite.sum())
+        lo = min(lo, float(torch.where(finite, c, math.inf).min()))
+        hi = max(hi, float(torch.where(finite, c, -math.inf).max()))
+        if n >= 2 and lo < hi:
+            return False
+    return n >= 2 and lo == hi
 
 
 def _errors(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
     """(max |a-b|, ||a-b|| / ||b||) in float64 over elements finite in both; inf if one side is not."""
-    a64, b64 = a.detach().to(torch.float64), b.detach().to(b.device, torch.float64)
-    a64 = a64.to(b64.device)
-    fa, fb = torch.isfinite(a64), torch.isfinite(b64)
-    if bool((fa != fb).any()):
-        return float("inf"), float("inf")  # NaN/Inf on one side only: no finite distance
-    both = fa & fb
-    diff = (a64 - b64)[both]
-    if diff.numel() == 0:
+    max_abs, num2, den2, seen = 0.0, 0.0, 0.0, 0
+    for a64, b64 in _chunks(a, b):
+        fa, fb = torch.isfinite(a64), torch.isfinite(b64)
+        if bool((fa != fb).any()):
+            return float("inf"), float("inf")  # NaN/Inf on one side only: no finite distance
+        diff = torch.where(fb, a64 - b64, 0.0)
+        seen += int(fb.sum())
+        max_abs = max(max_abs, float(diff.abs().max()))
+        num2 += float(diff.square().sum())
+        den2 += float(torch.where(fb, b64, 0.0).square().sum())
+    if seen == 0:
         return 0.0, 0.0
-    max_abs = float(diff.abs().max())
-    denom = float(torch.linalg.vector_norm(b64[both]))
-    num = float(torch.linalg.vector_norm(diff))
+    num, denom = math.sqrt(num2), math.sqrt(den2)
     rel = num / denom if denom > 0 else (0.0 if num == 0 else float("inf"))
     return max_abs, rel
 
 
 def _norm(t: torch.Tensor) -> float:
-    t64 = t.detach().to(torch.float64)
-    return float(torch.linalg.vector_norm(t64[torch.isfinite(t64)]))
+    return math.sqrt(sum(float(torch.where(torch.isfinite(c), c, 0.0).square().sum()) for (c,) in _chunks(t)))
 
 
 def _flatten(obj: Any) -> list[torch.Tensor] | None:

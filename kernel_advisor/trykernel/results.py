@@ -71,7 +71,7 @@ class TryReport:
     mode: str
     dtype: str
     timing: str  # "CUDA events", "CPU timing", "none (check only)"
-    float64_reference: str  # "" when used, else why not
+    float64_reference: str  # "" for float64 on every batch item, else the reference used or why none (reference.py)
     variants: tuple[VariantResult, ...]
     notes: tuple[str, ...]
 

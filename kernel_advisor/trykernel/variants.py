@@ -15,9 +15,10 @@ import torch
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.trykernel.calls import CallLog
 from kernel_advisor.trykernel.candidates import default_tolerance, installed
-from kernel_advisor.trykernel.capture import as_float64, capture_step, compare_captures, float64_twin
+from kernel_advisor.trykernel.capture import capture_step, compare_captures
 from kernel_advisor.trykernel.measure import GateOutcome, measure, nothing_timed
 from kernel_advisor.trykernel.prediction import RunEvidence
+from kernel_advisor.trykernel.reference import FULL_FLOAT64, prepare_reference
 from kernel_advisor.trykernel.results import GateSummary, TryReport
 from kernel_advisor.trykernel.sets import CandidateSet, GateState, TryOptions, new_logs
 
@@ -29,7 +30,7 @@ def try_candidates(loaded: LoadedModel, sets: Sequence[CandidateSet], options: T
     """Gate every variant, then time, profile and predict the ones that passed."""
     report = progress or (lambda phase, done, total: None)
     # NB: with nothing timed, compiling (minutes on a large model) would buy nothing.
-    timed = not nothing_timed(sets, loaded.device.type, options)
+    timed = not nothing_timed(options)
     compiled = _compile(loaded, options) if options.compile and timed else None
     states, compile_state, ref_reason = run_gate(loaded, sets, compiled, options, report)
     outcome = GateOutcome(gates={s.name: summarize_gate(states[s.name], s) for s in sets}, states=states,
@@ -44,28 +45,21 @@ def _compile(loaded: LoadedModel, options: TryOptions):
 
 def run_gate(loaded: LoadedModel, sets: Sequence[CandidateSet], compiled, options: TryOptions,
              report: Progress) -> tuple[dict[str, GateState], GateState, str]:
-    twin, ref_reason = float64_twin(loaded)
+    """Gate every variant on fresh draws; returns their states and how the reference went
+    ("" for a float64 reference on every batch item, else reference.py's reason)."""
+    reference = prepare_reference(loaded, options.mode)
     states = {s.name: GateState(new_logs(s)) for s in sets}
     compile_state = GateState({})
     for d in range(options.draws):
         inputs = loaded.make_inputs(options.seed + 1 + d)
         base = capture_step(loaded, loaded.model, loaded.model, inputs, options.mode)
-        ref, twin, ref_reason = _reference(loaded, twin, ref_reason, inputs, options.mode)
+        ref = reference.capture(loaded, inputs, options.mode)
         if compiled is not None:
             _gate_compiled(loaded, compiled, inputs, base, ref, compile_state, options.mode)
         for s in sets:
             _gate_set(loaded, s, inputs, base, ref, states[s.name], options.mode)
         report("correctness gate", d + 1, options.draws)
-    return states, compile_state, ref_reason
-
-
-def _reference(loaded, twin, reason: str, inputs: list, mode: str):
-    if twin is None:
-        return None, None, reason
-    try:
-        return capture_step(loaded, twin, twin, as_float64(inputs), mode), twin, ""
-    except Exception as e:  # noqa: BLE001 - no float64 result: the gate compares with eager only
-        return None, None, f"the model does not run in float64 ({_first_line(e)})"
+    return states, compile_state, "" if reference.reason == FULL_FLOAT64 else reference.reason
 
 
 def _gate_compiled(loaded, compiled, inputs, base, ref, state: GateState, mode: str) -> None:
