@@ -53,10 +53,14 @@ def test_load_reopens_the_run(run):
 
 
 def test_recommend_measure_uses_the_in_memory_model(run):
-    recs = run.recommend(measure=True, top=1)  # top 1: lib-sdpa; the rest say they were outside --top
+    # top 1 plus sdpa by name: which finding ranks first rests on CPU timings, sdpa is measured either way
+    recs = run.recommend(measure=True, top=1, also=("sdpa",))
     sdpa = next(r for r in recs if r.action == "sdpa")
-    assert sdpa.measured.status == "passed" and sdpa.measured.speedup["low"] <= sdpa.measured.speedup["high"]
-    others = [r for r in recs if r.action not in ("sdpa", "none")]
+    assert sdpa.measured.status == "passed", sdpa.measured.reason
+    assert sdpa.measured.speedup["low"] <= sdpa.measured.speedup["high"]
+    first = next(r for r in recs if r.action != "none").rule_id
+    ranked_first = {r.action for r in recs if r.rule_id == first} | {"sdpa", "none"}
+    others = [r for r in recs if r.action not in ranked_first]
     assert others and all(r.measured.status == "not-measurable" and "--top" in r.measured.reason for r in others)
 
 
