@@ -46,8 +46,14 @@ def note_lines(report: TryReport) -> list[str]:
         if v.timing_label.startswith("not timed") and v.kind not in ("eager",) and v.status == "passed":
             lines.append(f"{v.name}: {v.timing_label}")
     if report.float64_reference:
-        lines.append(f"no float64 reference: {report.float64_reference}; the gate compares with eager only")
+        lines.append(_reference_note(report.float64_reference))
     return lines + list(report.notes)
+
+
+def _reference_note(reason: str) -> str:
+    """reference.py's reason: the rung in use (sampled, float32 with its tolerance) or "none: why"."""
+    note = f"gate reference: {reason}"
+    return note + "; the gate compares with eager only" if reason.startswith("none") else note
 
 
 def _variant(v: VariantResult) -> Text:
