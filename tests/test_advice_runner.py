@@ -33,6 +33,7 @@ SAMPLE = {
          "measured": None},
     ],
     "also": [{"action": "compile:reduce-overhead", "measured": _measured(0.75, speedup=4.0)}],
+    "actions": [{"action": "compile", "predicted_gain_frac": 0.25, "measured": _measured(0.5, speedup=2.0)}],
     "plan": {"actions": ["sdpa", "compile"], "rules": ["lib-sdpa", "compile-fuse-elementwise"],
              "measured": _measured(0.6, speedup=2.5)},
 }
@@ -41,20 +42,21 @@ SAMPLE = {
 def test_rows_from_recommend_follows_the_contract():
     rows = adv.rows_from_recommend(SAMPLE, INFO)
     assert all(list(r) == adv.COLUMNS for r in rows)
-    assert [r["kind"] for r in rows] == ["rule", "rule", "rule", "also", "plan"]
-    fuse, sdpa, leave, also, plan = rows
+    assert [r["kind"] for r in rows] == ["rule", "rule", "rule", "also", "action", "plan"]
+    fuse, sdpa, leave, also, action, plan = rows
     assert (fuse["rank"], fuse["predicted_gain_frac"], fuse["measured_gain_frac"]) == (2, 0.2, 0.5)
     assert (fuse["speedup"], fuse["speedup_low"], fuse["speedup_high"]) == pytest.approx((2.0, 1.8, 2.2))
     assert (fuse["status"], fuse["verdict"], fuse["action"]) == ("passed", "faster", "compile")
     assert sdpa["rank"] == 1 and sdpa["status"] == "failed-gate" and sdpa["speedup"] is None
     assert leave["rank"] == 3 and leave["status"] == "unmeasured" and leave["action"] == "none"
     assert (also["action"], also["rule_id"], also["speedup"]) == ("compile:reduce-overhead", "", 4.0)
+    assert (action["action"], action["predicted_gain_frac"], action["measured_gain_frac"]) == ("compile", 0.25, 0.5)
     assert (plan["action"], plan["rule_id"]) == ("sdpa+compile", "lib-sdpa+compile-fuse-elementwise")
     assert all(r["gpu"] == INFO["gpu"] and r["commit"] == "abc1234" for r in rows)
 
 
 def test_a_null_plan_gives_no_plan_row():
-    rows = adv.rows_from_recommend({**SAMPLE, "plan": None, "also": []}, INFO)
+    rows = adv.rows_from_recommend({**SAMPLE, "plan": None, "also": [], "actions": []}, INFO)
     assert [r["kind"] for r in rows] == ["rule", "rule", "rule"]
 
 
@@ -106,11 +108,11 @@ def test_main_upserts_after_each_model_and_a_failure_keeps_old_rows(tmp_path, mo
     monkeypatch.setattr(adv, "run_job", lambda job, device: adv.rows_from_recommend(SAMPLE, {**INFO, "model": job.model.stem}))
     assert adv.main(["--models", "tiny_mlp_host_bound,gru_seq", "--out", str(out)]) == 0
     first = adv.read_csv(out)
-    assert sorted(first["model"].unique()) == ["gru_seq", "tiny_mlp_host_bound"] and len(first) == 10
+    assert sorted(first["model"].unique()) == ["gru_seq", "tiny_mlp_host_bound"] and len(first) == 12
     monkeypatch.setattr(adv, "run_job", lambda job, device: adv.error_rows({**INFO, "model": job.model.stem}, "boom"))
     adv.main(["--models", "gru_seq", "--out", str(out)])
     second = adv.read_csv(out)
-    assert len(second) == 11 and second.loc[second["status"] == "error", "reason"].tolist() == ["boom"]
+    assert len(second) == 13 and second.loc[second["status"] == "error", "reason"].tolist() == ["boom"]
     with pytest.raises(SystemExit):
         adv.main(["--models", "no_such_model", "--out", str(out)])
 
@@ -180,6 +182,21 @@ def test_rule_table_markdown():
     assert table[-1] == "| **all rules** | 6 | 5 | 3 | 0.30 | 0.45 | 0.10 | 2/3 (67%) |"
 
 
+def test_action_stats_hand_worked():
+    s = ra.action_stats(HAND).set_index("family")
+    # compile: A predicted 0.20 measured 0.55, B 0.40 / 0.45, both faster; 2 points < 3: no scale,
+    # so "after" is "before"; within 0.15: only B (0.05) → 1 of 2
+    assert tuple(s.loc["compile", ["measured", "faster", "within_before", "within_after"]]) == (2, 2, 1, 1)
+    assert s.loc["compile", "scale"] is None
+    assert tuple(s.loc["compile", ["predicted_median", "measured_median"]]) == pytest.approx((0.30, 0.50))
+    # reduce-overhead (an --also action) is predicted as the union of what it carries out: compile's 0.20
+    assert s.loc["compile:reduce-overhead", "predicted_median"] == pytest.approx(0.20)
+    # all: 6 actions timed (A: sdpa, compile, rms_norm_module, reduce-overhead; B: sdpa, compile; B's
+    # kernel was not timed), 4 faster; within: A sdpa (0.10) and B compile (0.05) → 2 of 4
+    assert tuple(s.loc["all actions", ["measured", "faster", "within_before", "within_after"]]) == (6, 4, 2, 2)
+    assert "| `compile` | 2 | 2 | — | 0.30 | 0.50 | 1/2 (50%) | 1/2 (50%) |" in ra.action_table(HAND).splitlines()
+
+
 def test_best_fix_per_model_hand_worked():
     best = ra.best_fixes(HAND).set_index("model")
     # A: reduce-overhead (0.70, an --also action no rule named) beats the plan (0.65) and sdpa (0.60)
@@ -190,9 +207,22 @@ def test_best_fix_per_model_hand_worked():
     assert (b["action"], b["kind"], b["in_top"], b["rule_id"], b["predicted_gain"]) == ("compile", "rule", True, "compile-fuse", 0.40)
     assert best.loc["C", "action"] == "" and best.loc["C", "note"].startswith("error: profile")
     lines = ra.model_table(HAND).splitlines()
-    assert "| A | `compile:reduce-overhead` (also) | 3.33× [3.23, 3.43] | 0.70 | no | not recommended | — |" in lines
+    # A's best is no top-3 action; the fastest top-3 fix, the plan at 2.86× [2.76, 2.96], does not reach 3.23
+    assert ("| A | `compile:reduce-overhead` (also) | 3.33× [3.23, 3.43] | 0.70 | no: `sdpa+compile` 2.86× | "
+            "not recommended | — |") in lines
     assert "| B | `compile` | 1.82× [1.72, 1.92] | 0.45 | yes | `compile-fuse` | 0.40 |" in lines
     assert "| C | — (error: profile: exit 1: boom \\| bad) | | | | | |" in lines  # a | would split the cell
+
+
+def test_a_top_three_fix_within_the_best_ones_interval_is_as_fast():
+    # best: reduce-overhead 2.53× [2.43, 2.63] (not recommended); compile, ranked 1, 2.52× [2.42, 2.62]
+    df = pd.DataFrame([_row("A", "rule", "compile", 0.603, rule_id="c", rank=1, predicted=0.4, speedup=2.52),
+                       _row("A", "also", "compile:reduce-overhead", 0.605, speedup=2.53)])
+    best = ra.best_fixes(df).loc[0]
+    assert (best["in_top"], best["as_fast"], best["top_fix"]) == (False, True, "compile")
+    assert "| as fast: `compile` 2.52× |" in ra.model_table(df)
+    assert "on 1 more, top-3 actions measured as fast" in ra.recall(df)
+    assert "Of the 1 wins of ≥ 1.2×, 1 are named or matched by the top 3." in ra.recall(df)
 
 
 def test_a_plan_counts_as_top_three_only_if_every_action_is():
@@ -240,9 +270,12 @@ def test_render_main_writes_only_the_given_files(tmp_path):
     csv, docs = tmp_path / "advice.csv", tmp_path / "bench.md"
     adv.write_atomic(adv.upsert(pd.DataFrame(columns=adv.COLUMNS), HAND), csv)
     docs.write_text("# B\n")
-    assert ra.main(["--csv", str(csv), "--docs", str(docs)]) == 0
+    recall_docs = tmp_path / "accuracy.md"
+    assert ra.main(["--csv", str(csv), "--docs", str(docs), "--recall-docs", str(recall_docs)]) == 0
     text = docs.read_text()
     assert text.startswith("# B\n\n## Measured advice\n") and "| B | `compile` | 1.82×" in text
+    recall = recall_docs.read_text()
+    assert ra.RECALL_BEGIN in recall and "named by a top-3 recommendation on 1 of 2 models" in recall
 
 
 @pytest.mark.slow

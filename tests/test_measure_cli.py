@@ -113,3 +113,16 @@ def test_model_file_gone_is_exit_1(measured, tmp_path):
     (moved / "run.json").write_text(json.dumps(meta))
     result = invoke("recommend", moved, "--measure")
     assert result.exit_code == 1 and "gone.py" in result.output
+
+
+def test_each_measured_action_has_its_whole_model_prediction(measured):
+    _, doc = measured
+    actions = {a["action"]: a for a in doc["actions"]}
+    assert {"sdpa", "compile"} <= set(actions)
+    for a in actions.values():
+        assert a["measured"]["status"] in STATUSES
+        assert a["predicted_gain_frac"] is None or 0 < a["predicted_gain_frac"] < 1
+    # compile carries out at least every compile recommendation: its union is no smaller than any one of them
+    compile_recs = [r["estimated_gain_frac"] for r in doc["recommendations"]
+                    if r["action"] == "compile" and r["estimated_gain_frac"] is not None]
+    assert actions["compile"]["predicted_gain_frac"] >= max(compile_recs) - 1e-9

@@ -1,11 +1,14 @@
-"""Fit the gain model's per-rule scales to what `recommend --measure` measured on the advice set.
+"""Fit the gain model's per-action scales to what `recommend --measure` measured on the advice set.
 
     python3 benchmarks/advice/fit_gain.py [--csv benchmarks/data/advice.csv] [--write]
 
-A rule's prediction for a model is its finding's estimated gain (the sum over the subjects
-it fired on); the measurement is its action's gain in the whole model. Per device type
-and rule, over the findings that measured faster: scale = Σ p·m / Σ p² (least squares
-through the origin). Printed: share within ±0.15 of measured before, after (in sample) and
+An action is measured on the whole model, so it is compared with its prediction on the whole
+model: the union, row by row, of the recommendations it carries out (compile's own, and
+pad_gemm's, which inductor's shape padding does too; actions.fixed_by). The CSV's `action`
+rows hold that union as the advisor computed it; older sweeps without them get it rebuilt
+from the `rule` rows. Per device type and action family (bundled kernels share "kernel"),
+over the actions that measured faster: scale = Σ p·m / Σ p² (least squares through the
+origin). Printed: share within ±0.15 of measured before, after (in sample) and
 leave-one-model-out. `--write` stores the scales in kernel_advisor/data/gain_calibration.yaml.
 """
 from __future__ import annotations
@@ -17,38 +20,74 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from kernel_advisor.actions import fixed_by
+from kernel_advisor.recommend.calibration import action_family
+from kernel_advisor.recommend.engine import subject_rows
+from kernel_advisor.recommend.report import MAX_GAIN_FRAC
+
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CSV = ROOT / "benchmarks" / "data" / "advice.csv"
 OUT = ROOT / "kernel_advisor" / "data" / "gain_calibration.yaml"
 TOLERANCE = 0.15  # of the step: the aim of the measured-advice issue
 MIN_POINTS = 3
+TIMED_KINDS = ("rule", "also", "action")
 
 
-def finding_rows(advice: pd.DataFrame) -> pd.DataFrame:
-    """One row per (device type, model, rule): predicted = summed over subjects, measured = the action's."""
-    rules = advice[(advice["kind"] == "rule") & (advice["status"] == "passed")].copy()
-    rules["device_type"] = rules["device_name"].map(lambda n: "cpu" if str(n).lower() == "cpu" else "cuda")
-    grouped = rules.groupby(["device_type", "model", "rule_id"], as_index=False).agg(
-        predicted=("predicted_gain_frac", "sum"), measured=("measured_gain_frac", "first"),
-        verdict=("verdict", "first"))
-    return grouped.dropna(subset=["predicted", "measured"])
+def _device_type(name) -> str:
+    return "cpu" if str(name).lower() == "cpu" else "cuda"
+
+
+def union_predicted(rules: pd.DataFrame, action: str) -> float | None:
+    """The rule rows' union for `action`: a subject inside another's of a carried-out action counts once.
+
+    # NB: the CSV keeps one figure per recommendation, not per row, so two subjects that only
+    # partly overlap both count; the advisor itself takes the per-row maximum (recommend/report.py).
+    """
+    names = fixed_by(action)
+    mine = rules[rules["action"].isin(names)].dropna(subset=["predicted_gain_frac"])
+    if mine.empty:
+        return None
+    subjects = [(subject_rows(s) or frozenset({s}), p) for s, p in zip(mine["subject"], mine["predicted_gain_frac"])]
+    best: dict[frozenset, float] = {}
+    for rows, p in subjects:
+        if not any(rows < other for other, _ in subjects):
+            best[rows] = max(best.get(rows, 0.0), float(p))
+    return min(sum(best.values()), MAX_GAIN_FRAC)
+
+
+def action_rows(advice: pd.DataFrame) -> pd.DataFrame:
+    """One row per (device type, model, measured action): predicted (union) and measured gain."""
+    timed = advice[advice["kind"].isin(TIMED_KINDS) & (advice["status"] == "passed")]
+    out = []
+    for (device, model, action), g in timed.groupby(["device_name", "model", "action"]):
+        stated = g[g["kind"] == "action"]["predicted_gain_frac"].dropna()
+        rules = advice[(advice["model"] == model) & (advice["device_name"] == device) & (advice["kind"] == "rule")]
+        predicted = float(stated.iloc[0]) if len(stated) else union_predicted(rules, action)
+        measured = g.dropna(subset=["measured_gain_frac"])
+        if predicted is None or measured.empty:
+            continue
+        out.append({"device_type": _device_type(device), "model": model, "action": action,
+                    "family": action_family(action), "predicted": predicted,
+                    "measured": float(measured["measured_gain_frac"].iloc[0]), "verdict": measured["verdict"].iloc[0]})
+    return pd.DataFrame(out, columns=["device_type", "model", "action", "family", "predicted", "measured", "verdict"])
 
 
 def fit_scales(rows: pd.DataFrame, min_points: int = MIN_POINTS) -> dict[tuple[str, str], tuple[float, int]]:
-    """{(device type, rule): (scale, n)} from the findings that measured faster."""
+    """{(device type, action family): (scale, n)} from the actions that measured faster."""
     out = {}
     faster = rows[(rows["verdict"] == "faster") & (rows["predicted"] > 0)]
-    for (device, rule), g in faster.groupby(["device_type", "rule_id"]):
+    for (device, family), g in faster.groupby(["device_type", "family"]):
         if len(g) >= min_points:
-            out[(device, rule)] = (float((g["predicted"] * g["measured"]).sum() / (g["predicted"] ** 2).sum()), len(g))
+            out[(device, family)] = (float((g["predicted"] * g["measured"]).sum() / (g["predicted"] ** 2).sum()),
+                                     len(g))
     return out
 
 
 def predicted_after(rows: pd.DataFrame, scales: dict) -> pd.Series:
-    # NB: the shipped correction also caps each op's saving at the op's time; the CSV has no
-    # per-op times, so this evaluation caps the whole finding at the step (gain < 1).
-    factor = rows.apply(lambda r: scales.get((r["device_type"], r["rule_id"]), (1.0, 0))[0], axis=1)
-    return (rows["predicted"] * factor).clip(upper=0.99)
+    # NB: the shipped correction scales each recommendation and caps each op's saving at the op's
+    # time; the CSV has no per-op times, so this evaluation caps the whole action at the step.
+    factor = rows.apply(lambda r: scales.get((r["device_type"], r["family"]), (1.0, 0))[0], axis=1)
+    return (rows["predicted"] * factor).clip(upper=MAX_GAIN_FRAC)
 
 
 def share_within(rows: pd.DataFrame, predicted: pd.Series, tolerance: float = TOLERANCE) -> float:
@@ -69,10 +108,10 @@ def leave_one_model_out(rows: pd.DataFrame) -> pd.Series:
 
 def calibration_doc(scales: dict, advice: pd.DataFrame, csv: Path) -> dict:
     devices: dict = {}
-    for (device, rule), (scale, n) in sorted(scales.items()):
-        devices.setdefault(device, {})[rule] = {"scale": round(scale, 4), "n": n}
+    for (device, family), (scale, n) in sorted(scales.items()):
+        devices.setdefault(device, {})[family] = {"scale": round(scale, 4), "n": n}
     first = advice.iloc[0] if len(advice) else {}
-    return {"version": 1, "fitted_by": "benchmarks/advice/fit_gain.py", "source": str(csv.relative_to(ROOT)),
+    return {"version": 2, "fitted_by": "benchmarks/advice/fit_gain.py", "source": str(csv.relative_to(ROOT)),
             "gpu": str(first.get("gpu", "")), "commit": str(first.get("commit", "")),
             "date": str(first.get("date", "")), "devices": devices}
 
@@ -82,15 +121,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
     ap.add_argument("--write", action="store_true", help=f"write {OUT.relative_to(ROOT)}")
     args = ap.parse_args(argv)
-    advice = pd.read_csv(args.csv)
-    rows = finding_rows(advice)
+    advice = pd.read_csv(args.csv, dtype={"subject": str, "action": str}).fillna({"subject": "", "action": ""})
+    rows = action_rows(advice)
     scales = fit_scales(rows)
-    print(f"{len(rows)} measured findings, {int((rows['verdict'] == 'faster').sum())} faster")
+    print(f"{len(rows)} measured actions, {int((rows['verdict'] == 'faster').sum())} faster")
     print(f"within ±{TOLERANCE}: before {share_within(rows, rows['predicted']):.0%}, "
           f"after {share_within(rows, predicted_after(rows, scales)):.0%} (in sample), "
           f"{share_within(rows, leave_one_model_out(rows)):.0%} (leave one model out)")
-    for (device, rule), (scale, n) in sorted(scales.items()):
-        print(f"  {device:5} {rule:28} × {scale:.2f}  (n={n})")
+    for (device, family), (scale, n) in sorted(scales.items()):
+        print(f"  {device:5} {family:28} × {scale:.2f}  (n={n})")
     if args.write:
         OUT.write_text(yaml.safe_dump(calibration_doc(scales, advice, args.csv.resolve()), sort_keys=False))
         print(f"wrote {OUT.relative_to(ROOT)}")

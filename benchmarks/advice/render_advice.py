@@ -1,9 +1,12 @@
 """Render benchmarks/data/advice.csv into docs: per-rule predicted vs measured gain, per-model best fix.
 
     python3 benchmarks/advice/render_advice.py [--csv benchmarks/data/advice.csv] [--docs docs/benchmarks.md]
+                                               [--recall-docs docs/accuracy.md]
 
 The markdown goes between `<!-- advice:begin -->` and `<!-- advice:end -->`; without those
-markers a `## Measured advice` section holding them is appended. Everything but main() is a
+markers a `## Measured advice` section holding them is appended. The per-model recall table
+(best measured fix, in the top three?) also goes between `<!-- recall:begin/end -->` of
+docs/accuracy.md. Everything but main() is a
 pure function of the DataFrame (tests/test_advice_runner.py).
 """
 from __future__ import annotations
@@ -16,9 +19,14 @@ import pandas as pd
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+import fit_gain  # noqa: E402 - a sibling script: one definition of the action-level comparison
+
 BEGIN, END = "<!-- advice:begin -->", "<!-- advice:end -->"
+RECALL_BEGIN, RECALL_END = "<!-- recall:begin -->", "<!-- recall:end -->"
 TOLERANCE = 0.15  # issue 17's aim: predicted within ±0.15 of measured (fraction of the step)
 TOP = 3
+BIG_WIN = 1.2  # issue 18: every measured win of at least this speedup must be named by the top three
 GROUP = ["device_name", "precision", "mode"]  # precision: dtype with "autocast:" dropped, so the
 # RNN models (run under bf16 autocast) sit in the same tables as the models cast to bf16
 
@@ -30,7 +38,9 @@ def render(df: pd.DataFrame) -> str:
     df = df.assign(precision=df["dtype"].str.replace("autocast:", "", regex=False))
     blocks = []
     for _, group in df.groupby(GROUP, sort=True):
-        blocks.append("\n\n".join([header_line(group), rule_table(group), model_table(group)]))
+        blocks.append("\n\n".join([header_line(group), "Per action, on the whole model:", action_table(group),
+                                    "Per rule (its findings summed per model, against its action's measured gain):",
+                                    rule_table(group), "Per model:", model_table(group)]))
     return "\n\n".join(blocks) + "\n"
 
 
@@ -93,6 +103,40 @@ def rule_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def action_stats(df: pd.DataFrame) -> pd.DataFrame:
+    """Per action family (and all): predicted union against measured, before the fitted scales and
+    after them, each model predicted with scales fitted on the other models (leave one out)."""
+    rows = fit_gain.action_rows(df)
+    if rows.empty:
+        return pd.DataFrame()
+    rows = rows.assign(loo=fit_gain.leave_one_model_out(rows))
+    scales = fit_gain.fit_scales(rows)
+    out = [_action_stat(family, g, scales) for family, g in rows.groupby("family", sort=True)]
+    return pd.DataFrame(out + [_action_stat("all actions", rows, scales)])
+
+
+def _action_stat(name: str, g: pd.DataFrame, scales: dict) -> dict:
+    faster = g[g["verdict"] == "faster"]
+    near = lambda col: int(((faster[col] - faster["measured"]).abs() <= TOLERANCE + 1e-12).sum())  # noqa: E731
+    scale = next((s for (_, fam), (s, _n) in scales.items() if fam == name), None)
+    return {"family": name, "measured": len(g), "faster": len(faster), "scale": scale,
+            "predicted_median": faster["predicted"].median(), "measured_median": faster["measured"].median(),
+            "within_before": near("predicted"), "within_after": near("loo")}
+
+
+def action_table(df: pd.DataFrame) -> str:
+    stats = action_stats(df)
+    lines = [f"| action | models measured | faster | fitted scale | predicted gain (median, faster) | "
+             f"measured gain (median, faster) | within ±{TOLERANCE:.2f} before fit | after fit (leave one model out) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for s in stats.to_dict("records"):
+        share = lambda k: "—" if not s["faster"] else f"{s[k]}/{s['faster']} ({s[k] / s['faster']:.0%})"  # noqa: E731
+        name = f"**{s['family']}**" if s["family"] == "all actions" else f"`{s['family']}`"
+        lines.append(f"| {name} | {s['measured']} | {s['faster']} | {_num(s['scale'])} | {_num(s['predicted_median'])} | "
+                     f"{_num(s['measured_median'])} | {share('within_before')} | {share('within_after')} |")
+    return "\n".join(lines)
+
+
 def best_fixes(df: pd.DataFrame) -> pd.DataFrame:
     """Per model, the row with the largest measured gain among those that measured faster
     (rule, also and plan rows alike), with what the recommendations had said about it."""
@@ -114,12 +158,35 @@ def best_fixes(df: pd.DataFrame) -> pd.DataFrame:
         else:
             rule_id = naming["rule_id"].iloc[0] if len(naming) else ""
             predicted = naming["predicted_gain_frac"].iloc[0] if len(naming) else None
+        in_top = bool(parts) and all(p in top_actions for p in parts)
         out.append({"model": model, "action": best["action"], "kind": best["kind"], "speedup": best["speedup"],
                     "low": best["speedup_low"], "high": best["speedup_high"],
-                    "measured_gain": best["measured_gain_frac"],
-                    "in_top": bool(parts) and all(p in top_actions for p in parts),
-                    "rule_id": rule_id, "predicted_gain": predicted, "note": note})
+                    "measured_gain": best["measured_gain_frac"], "in_top": in_top,
+                    "rule_id": rule_id, "predicted_gain": predicted, "note": note,
+                    **_best_of_top(faster, top_actions, best, in_top)})
     return pd.DataFrame(out)
+
+
+def _best_of_top(faster: pd.DataFrame, top_actions: set, best: pd.Series, in_top: bool) -> dict:
+    """The fastest fix made only of top-3 actions, and whether its interval reaches the best's: a
+    best fix that the top three miss by less than the measurement can tell is as good as named."""
+    if in_top:
+        return {"top_fix": best["action"], "top_speedup": best["speedup"], "as_fast": True}
+    ours = faster[faster["action"].map(lambda a: bool(a) and all(p in top_actions for p in a.split("+")))]
+    if ours.empty:
+        return {"top_fix": "", "top_speedup": None, "as_fast": False}
+    top = ours.loc[ours["measured_gain_frac"].idxmax()]
+    return {"top_fix": top["action"], "top_speedup": top["speedup"],
+            "as_fast": bool(top["speedup_high"] >= best["speedup_low"])}
+
+
+def _named_cell(b: dict) -> str:
+    if b["in_top"]:
+        return "yes"
+    if not b["top_fix"]:
+        return "no"
+    verdict = "as fast" if b["as_fast"] else "no"
+    return f"{verdict}: `{b['top_fix']}` {b['top_speedup']:.2f}×"
 
 
 def model_table(df: pd.DataFrame) -> str:
@@ -131,20 +198,42 @@ def model_table(df: pd.DataFrame) -> str:
             continue
         kind = "" if b["kind"] == "rule" else f" ({b['kind']})"
         lines.append(f"| {b['model']} | `{b['action']}`{kind} | {b['speedup']:.2f}× [{_num(b['low'])}, "
-                     f"{_num(b['high'])}] | {b['measured_gain']:.2f} | {'yes' if b['in_top'] else 'no'} | "
+                     f"{_num(b['high'])}] | {b['measured_gain']:.2f} | {_named_cell(b)} | "
                      f"{'`' + b['rule_id'] + '`' if b['rule_id'] else 'not recommended'} | "
                      f"{_num(b['predicted_gain'])} |")
     return "\n".join(lines)
 
 
-def splice(text: str, block: str) -> str:
+def splice(text: str, block: str, markers: tuple[str, str] = (BEGIN, END), title: str = "Measured advice") -> str:
     """Put `block` between the markers of `text`, or append a section holding them."""
-    inner = f"{BEGIN}\n{block.rstrip()}\n{END}"
-    start, end = text.find(BEGIN), text.find(END)
+    begin, end_marker = markers
+    inner = f"{begin}\n{block.rstrip()}\n{end_marker}"
+    start, end = text.find(begin), text.find(end_marker)
     if start >= 0 and end > start:
-        return text[:start] + inner + text[end + len(END):]
+        return text[:start] + inner + text[end + len(end_marker):]
     before = text.rstrip("\n") + "\n\n" if text.strip() else ""
-    return f"{before}## Measured advice\n\n{inner}\n"
+    return f"{before}## {title}\n\n{inner}\n"
+
+
+def recall(df: pd.DataFrame) -> str:
+    """docs/accuracy.md's block: per model, the best measured fix and whether the top three named it."""
+    if df.empty:
+        return "_No measurements yet._\n"
+    df = df.assign(precision=df["dtype"].str.replace("autocast:", "", regex=False))
+    blocks = []
+    for _, group in df.groupby(GROUP, sort=True):
+        fixes = best_fixes(group)
+        named = fixes[fixes["action"] != ""]
+        hits = int(named["in_top"].sum()) if len(named) else 0
+        as_fast = int((named["as_fast"] & ~named["in_top"]).sum()) if len(named) else 0
+        big = named[named["speedup"] >= BIG_WIN]
+        big_hits = int((big["in_top"] | big["as_fast"]).sum()) if len(big) else 0
+        blocks.append(f"{header_line(group)}\n\nThe best measured fix is named by a top-{TOP} recommendation "
+                      f"on {hits} of {len(named)} models with a measured win; on {as_fast} more, top-{TOP} "
+                      f"actions measured as fast (overlapping intervals). Of the {len(big)} wins of "
+                      f"≥ {BIG_WIN:g}×, {big_hits} are named or matched by the top {TOP}."
+                      f"\n\n{model_table(group)}")
+    return "\n\n".join(blocks) + "\n"
 
 
 def _num(x) -> str:
@@ -162,10 +251,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
     ap.add_argument("--docs", type=Path, default=REPO / "docs" / "benchmarks.md")
+    ap.add_argument("--recall-docs", type=Path, default=REPO / "docs" / "accuracy.md")
     args = ap.parse_args(argv)
-    block = render(read_csv(args.csv))
-    args.docs.write_text(splice(args.docs.read_text() if args.docs.is_file() else "", block))
-    print(f"wrote the measured-advice section of {args.docs}")
+    df = read_csv(args.csv)
+    args.docs.write_text(splice(args.docs.read_text() if args.docs.is_file() else "", render(df)))
+    old = args.recall_docs.read_text() if args.recall_docs.is_file() else ""
+    args.recall_docs.write_text(splice(old, recall(df), (RECALL_BEGIN, RECALL_END),
+                                       "Recall: is the best measured fix among the top three?"))
+    print(f"wrote the measured-advice section of {args.docs} and the recall table of {args.recall_docs}")
     return 0
 
 

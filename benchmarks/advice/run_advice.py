@@ -36,7 +36,7 @@ COLUMNS = KEY + VALUES
 NUMERIC = ["predicted_gain_frac", "measured_gain_frac", "speedup", "speedup_low", "speedup_high", "rank"]
 TEXT = [c for c in COLUMNS if c not in NUMERIC]
 SLICE = ["model", "device_name", "dtype", "mode"]  # one measurement of one model
-KIND_ORDER = {"rule": 0, "also": 1, "plan": 2}
+KIND_ORDER = {"rule": 0, "also": 1, "action": 2, "plan": 3}
 
 ALSO = ("compile", "compile:reduce-overhead")  # measured on every model: the ground truth of "best fix"
 MODE = "inference"
@@ -140,7 +140,8 @@ def _measured_values(measured: dict | None) -> dict:
 
 
 def rows_from_recommend(doc: dict, info: dict) -> list[dict]:
-    """One row per recommendation (kind rule), per --also action (also), and for the plan."""
+    """One row per recommendation (kind rule), per --also action (also), per measured action with
+    its predicted union gain (action), and for the plan."""
     rows = []
     for rec in doc.get("recommendations", []):
         # With --measure the list is ranked by measured gain; keep the predicted rank, which is
@@ -152,6 +153,9 @@ def rows_from_recommend(doc: dict, info: dict) -> list[dict]:
     for also in doc.get("also") or []:
         rows.append({**info, "kind": "also", "rule_id": "", "subject": "", "action": also["action"],
                      **_measured_values(also.get("measured"))})
+    for act in doc.get("actions") or []:
+        rows.append({**info, "kind": "action", "rule_id": "", "subject": "", "action": act["action"],
+                     "predicted_gain_frac": act.get("predicted_gain_frac"), **_measured_values(act.get("measured"))})
     plan = doc.get("plan")
     if plan is not None:
         rows.append({**info, "kind": "plan", "rule_id": "+".join(plan.get("rules") or []), "subject": "",

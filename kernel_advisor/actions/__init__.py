@@ -34,5 +34,12 @@ def get_action(name: str) -> Action:
     raise KeyError(f"unknown action {name!r}; known: {', '.join(action_names())}, kernel:<id>, none")
 
 
-__all__ = ["Action", "NONE", "NotApplicable", "NotMeasurable", "Variant", "action_names", "get_action",
+def fixed_by(name: str) -> frozenset[str]:
+    """The actions whose recommendations `name` carries out: itself and what it also fixes."""
+    if name == NONE or not is_known(name):
+        return frozenset({name})
+    return frozenset({name, *get_action(name).also_fixes})
+
+
+__all__ = ["Action", "NONE", "NotApplicable", "NotMeasurable", "Variant", "action_names", "fixed_by", "get_action",
            "is_known", "stacked"]

@@ -65,6 +65,9 @@ class Action:
     prepare: Callable[[LoadedModel, str], Variant]  # (loaded model, mode) -> Variant
     exclusive: str = ""  # actions sharing a non-empty group are never stacked in one plan
     excludes: tuple[str, ...] = ()  # groups this action cannot be stacked with
+    # Other actions whose subjects this one fixes as well: its predicted gain is the union of theirs
+    # and its own (compile:reduce-overhead does all that compile does, and inductor pads GEMMs).
+    also_fixes: tuple[str, ...] = ()
 
 
 def stacked(variants: Sequence[Variant]) -> Variant:

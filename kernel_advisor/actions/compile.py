@@ -29,5 +29,11 @@ def _preparer(name: str):
     return prepare
 
 
-ACTIONS = tuple(Action(name, f"torch.compile (mode {mode!r})", "compile", _preparer(name), exclusive="compile")
+# NB: inductor pads misaligned matmul dimensions itself (torch._inductor.config.shape_padding, on
+# by default), so a compiled model gets what pad_gemm would give.
+_ALSO_FIXES = {"compile": ("pad_gemm",), "compile:reduce-overhead": ("compile", "pad_gemm"),
+               "compile:max-autotune-no-cudagraphs": ("compile", "pad_gemm")}
+
+ACTIONS = tuple(Action(name, f"torch.compile (mode {mode!r})", "compile", _preparer(name), exclusive="compile",
+                       also_fixes=_ALSO_FIXES[name])
                 for name, mode in MODES.items())

@@ -16,7 +16,7 @@ from kernel_advisor.measure.outcome import Outcome
 from kernel_advisor.measure.session import Measured, MeasureOptions, measure_actions
 from kernel_advisor.measure.trials import Progress
 from kernel_advisor.recommend.engine import Finding, Recommendation
-from kernel_advisor.recommend.report import Report
+from kernel_advisor.recommend.report import Report, action_gain_frac
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class AdviceMeasurement:
     measured: Measured
     ranking: tuple[str, ...]  # rule ids, measured best first
     plan_rules: tuple[str, ...]  # the rules whose actions make up the plan
+    predicted: Mapping[str, float | None]  # per measured action: its predicted gain, fraction of the step
 
     def outcome_of(self, rec: Recommendation) -> Outcome | None:
         return self.by_recommendation.get((rec.rule_id, rec.subject))
@@ -48,7 +49,9 @@ def measure_report(report: Report, loaded: LoadedModel, mode: str, options: Meas
     plan_actions = measured.plan.actions
     plan_rules = tuple(dict.fromkeys(r.rule_id for f in report.findings for r in f.recommendations
                                      if r.action in plan_actions))
-    return AdviceMeasurement(by_rec, {a: measured.outcomes[a] for a in also}, measured, ranking, plan_rules)
+    predicted = {a: action_gain_frac(report, a) for a in measured.outcomes}
+    return AdviceMeasurement(by_rec, {a: measured.outcomes[a] for a in also}, measured, ranking, plan_rules,
+                             predicted)
 
 
 def _actions(f: Finding) -> list[str]:

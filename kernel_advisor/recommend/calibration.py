@@ -1,10 +1,11 @@
 """Gain estimates corrected by what `recommend --measure` measured on the advice benchmark.
 
-kernel_advisor/data/gain_calibration.yaml holds, per device type and rule, a scale fitted
-by benchmarks/advice/fit_gain.py (least squares through the origin of measured against
-predicted gain, over the benchmark's recommendations that measured faster). A rule
-without enough measurements keeps its model's estimate. The file says where the fit came
-from; docs/benchmarks.md shows predicted against measured before and after.
+kernel_advisor/data/gain_calibration.yaml holds, per device type and action, a scale fitted
+by benchmarks/advice/fit_gain.py: least squares through the origin of each action's measured
+gain in the whole model against its predicted gain (the union of the rows it fixes), over
+the benchmark's actions that measured faster. Bundled kernels share one scale ("kernel").
+An action without enough measurements keeps its model's estimate. The file says where the
+fit came from; docs/benchmarks.md shows predicted against measured before and after.
 """
 from __future__ import annotations
 
@@ -22,25 +23,30 @@ PSEUDO_ROW_PREFIX = ("host-gaps", "exposed-comm")  # savings not bounded by one 
 
 
 @dataclass(frozen=True)
-class RuleScale:
+class ActionScale:
     scale: float
     n: int  # measurements the fit used
 
 
 @functools.lru_cache(maxsize=1)
-def load_calibration(path: Path = CALIBRATION_FILE) -> Mapping[str, Mapping[str, RuleScale]]:
-    """{device type: {rule id: scale}}; empty when no fit has been made."""
+def load_calibration(path: Path = CALIBRATION_FILE) -> Mapping[str, Mapping[str, ActionScale]]:
+    """{device type: {action family: scale}}; empty when no fit has been made."""
     if not path.is_file():
         return {}
     doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    return {device: {rule: RuleScale(float(v["scale"]), int(v["n"])) for rule, v in rules.items()}
-            for device, rules in (doc.get("devices") or {}).items()}
+    return {device: {action: ActionScale(float(v["scale"]), int(v["n"])) for action, v in actions.items()}
+            for device, actions in (doc.get("devices") or {}).items()}
 
 
-def calibrated(gain: GainEstimate, rule_id: str, device_type: str, row_time_per_step_s: Mapping[int, float],
-               table: Mapping[str, Mapping[str, RuleScale]] | None = None) -> GainEstimate:
-    """`gain` scaled by the rule's fitted factor on this device type; each op's saving stays below its time."""
-    fit = (load_calibration() if table is None else table).get(device_type, {}).get(rule_id)
+def action_family(action: str) -> str:
+    """The key an action's scale is fitted under: bundled kernels share one."""
+    return "kernel" if action.startswith("kernel:") else action
+
+
+def calibrated(gain: GainEstimate, action: str, device_type: str, row_time_per_step_s: Mapping[int, float],
+               table: Mapping[str, Mapping[str, ActionScale]] | None = None) -> GainEstimate:
+    """`gain` scaled by its action's fitted factor on this device type; each op's saving stays below its time."""
+    fit = (load_calibration() if table is None else table).get(device_type, {}).get(action_family(action))
     if fit is None or gain.saving_per_step_s is None or fit.scale == 1.0:
         return gain
     rows = {}
@@ -51,5 +57,5 @@ def calibrated(gain: GainEstimate, rule_id: str, device_type: str, row_time_per_
             # (a whole-model compile, say) is what the plan's measurement is for.
             scaled = min(scaled, row_time_per_step_s.get(int(row), scaled))
         rows[row] = scaled
-    basis = f"{gain.basis}; × {fit.scale:.2f} fitted to {fit.n} measured models"
+    basis = f"{gain.basis}; × {fit.scale:.2f} fitted to {fit.n} measurements of {action_family(action)}"
     return GainEstimate(sum(rows.values()), rows, basis)

@@ -86,7 +86,8 @@ def evaluate_rule(engine: Engine, rule: Rule, subject: Subject) -> tuple[tuple[C
 def _recommend(engine: Engine, rule: Rule, subject: Subject, checks: tuple[Check, ...],
                spec: KernelSpec | None) -> Recommendation:
     ctx = engine.ctx
-    gain = calibrated(estimate_gain(rule.gain, subject, ctx, engine.ops), rule.id, ctx.device_type,
+    action = _action_of(rule, spec)
+    gain = calibrated(estimate_gain(rule.gain, subject, ctx, engine.ops), action["action"], ctx.device_type,
                       subject.row_time_per_step_s)
     evidence = evidence_with_gain(dict(subject.evidence), gain, ctx)
     command = None
@@ -100,7 +101,7 @@ def _recommend(engine: Engine, rule: Rule, subject: Subject, checks: tuple[Check
         row_saving_per_step_s=dict(gain.row_saving_per_step_s), gain_model=rule.gain.model,
         gain_basis=gain.basis, evidence=evidence, checks=checks, kernel_id=spec.id if spec else None,
         command=command, references=rule.references, caveats=rule.caveats,
-        source=f"{rule.source}:{rule.line}", **_action_of(rule, spec))
+        source=f"{rule.source}:{rule.line}", **action)
 
 
 def _action_of(rule: Rule, spec: KernelSpec | None) -> dict[str, str]:

@@ -7,6 +7,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 from reference_kernels.registry import KernelSpec
 
+from kernel_advisor.actions import fixed_by
 from kernel_advisor.recommend.engine import (
     Finding, Recommendation, build_engine, rank_findings, run_rules, union_saving)
 from kernel_advisor.recommend.evidence import RunContext
@@ -43,3 +44,34 @@ def recommend(ops: pd.DataFrame, sequence: pd.DataFrame, meta: Mapping[str, Any]
         total_saving_per_step_s=total, total_saving_pct=100.0 * total / step_s if step_s > 0 else None,
         rule_sources=tuple(dict.fromkeys(r.source for r in rules)), compile_report=compile_report,
         run_meta=dict(meta))
+
+
+def action_row_saving_per_step_s(report: Report, action: str) -> dict[str, float]:
+    """Per row, the largest saving claimed by a recommendation that `action` carries out.
+
+    Recommendations a cheaper rung covers count too: applying compile fuses a chain inside an
+    attention pattern whether or not the list shows that chain.
+    """
+    names = fixed_by(action)
+    standing = (r for f in report.findings for r in f.recommendations)
+    covered = (r for r in report.suppressed if "covered_by" in r.evidence)
+    best: dict[str, float] = {}
+    for rec in (*standing, *covered):
+        if rec.action in names:
+            for row, s in rec.row_saving_per_step_s.items():
+                best[row] = max(best.get(row, 0.0), s)
+    return best
+
+
+def action_gain_frac(report: Report, action: str) -> float | None:
+    """The predicted saving of applying `action` to the whole model, as a fraction of the step (< 1)."""
+    step_s = report.ctx.step_s
+    rows = action_row_saving_per_step_s(report, action)
+    if not rows or step_s <= 0:
+        return None
+    # NB: rows hold savings capped at each op's time, so the sum stays below the step; the clamp
+    # guards against step times measured apart from the ops' times.
+    return min(sum(rows.values()) / step_s, MAX_GAIN_FRAC)
+
+
+MAX_GAIN_FRAC = 0.99

@@ -31,6 +31,8 @@ def add_measurement(doc: dict[str, Any], report: Report, m: AdviceMeasurement) -
         "findings": sorted(findings, key=lambda f: f["rank"]),
         "recommendations": sorted(recs, key=lambda r: r["rank"]),
         "also": [{"action": a, "measured": o.to_json()} for a, o in m.also.items()],
+        "actions": [{"action": a, "predicted_gain_frac": m.predicted.get(a), "measured": o.to_json()}
+                    for a, o in _actions_ranked(m)],
         "plan": {"actions": list(plan.actions), "rules": list(m.plan_rules), "measured": plan.outcome.to_json()},
         "measurement": m.measured.to_json(),
     })
@@ -114,11 +116,25 @@ def _best_single(m: AdviceMeasurement):
     return max(timed, key=lambda item: item[1].speedup.value, default=None)
 
 
+def _actions_ranked(m: AdviceMeasurement) -> list[tuple[str, Outcome]]:
+    """Every measured action, largest measured gain first, the untimed after in measuring order."""
+    items = list(m.measured.outcomes.items())
+    return sorted(items, key=lambda item: -(item[1].gain_frac if item[1].gain_frac is not None else -2.0))
+
+
+def action_line(action: str, o: Outcome, predicted: float | None, also: bool) -> str:
+    """One line, e.g. "compile: predicted 24.0 %, measured 31.2 % of the step (1.45× [1.40–1.51], faster)."""
+    label = f"{action} (--also)" if also else action
+    if o.status != "passed":
+        return f"{label}: predicted {_gain_pct(predicted)} %, {result_text(o)}."
+    return (f"{label}: predicted {_gain_pct(predicted)} %, measured {_gain_pct(o.gain_frac)} % of the step "
+            f"({speedup_text(o)}, {o.verdict}).")
+
+
 def measurement_lines(m: AdviceMeasurement) -> list[str]:
     eager = m.measured.eager_step_s
-    lines = [plan_line(m)]
-    for action, o in m.also.items():
-        lines.append(f"Also measured {action}: {speedup_text(o)}, {result_text(o)}.")
+    lines = [plan_line(m), "Each action on the whole model (predicted: the union of the rows it fixes):"]
+    lines += ["  " + action_line(a, o, m.predicted.get(a), a in m.also) for a, o in _actions_ranked(m)]
     if eager is not None:
         lines.append(f"Eager step {eager.value * 1e3:.3f} ms [{eager.low * 1e3:.3f}–{eager.high * 1e3:.3f}]; "
                      f"timing: {m.measured.timing}; reference: {m.measured.reference}.")
