@@ -82,25 +82,30 @@ class Run:
 
         loaded, mode = self.model()
         options = TryOptions(mode=mode, draws=draws, reps=reps, warmup=warmup, compile=compile)
-        args = {"kernel_ids": list(kernel_ids), "all": together, "mode": mode}
+        args = {"kernel_ids": list(kernel_ids), "all": together, "mode": mode, "autocast": _autocast_name(loaded)}
         return run_try_kernel(loaded, list(kernel_ids), together, None, None, self.path, options, args,
                               progress).report
 
 
 def profile(model: Any, inputs: Inputs, *, device: str = "auto", dtype: str = "keep", mode: str = "inference",
             steps: int = 5, warmup: int = 3, out: str | Path | None = None, loss_fn: Callable | None = None,
-            seed: int = 0, progress: Progress | None = None) -> Run:
-    """Profile an in-memory model. `inputs`: a list of tensors, or a function drawing a fresh list."""
-    loaded = loaded_from_module(model, inputs, device=device, dtype=dtype, loss_fn=loss_fn, seed=seed)
+            seed: int = 0, autocast: str | None = None, progress: Progress | None = None) -> Run:
+    """Profile an in-memory model. `inputs`: a list of tensors, or a function drawing a fresh list.
+
+    `autocast` ("bfloat16" or "float16") runs every step under torch.autocast with the model left
+    in float32, as `advisor profile --autocast`: for models that make float32 tensors in forward.
+    """
+    loaded = loaded_from_module(model, inputs, device=device, dtype=dtype, loss_fn=loss_fn, seed=seed,
+                                autocast=autocast)
     return _profile_loaded(loaded, type(model).__name__, dtype, mode, steps, warmup, out, seed, progress)
 
 
 def profile_file(path: str | Path, *, entry: str | None = None, device: str = "auto", dtype: str = "keep",
                  mode: str = "inference", steps: int = 5, warmup: int = 3, out: str | Path | None = None,
-                 seed: int = 0, progress: Progress | None = None) -> Run:
+                 seed: int = 0, autocast: str | None = None, progress: Progress | None = None) -> Run:
     """Profile a model file (KernelBench convention, or `entry` returning (model, inputs))."""
     with mirror_user_nvtx():  # @nvtx.annotate decorators are applied when the file is imported
-        loaded = load_model(path, entry=entry, device=device, dtype=dtype, seed=seed)
+        loaded = load_model(path, entry=entry, device=device, dtype=dtype, seed=seed, autocast=autocast)
     return _profile_loaded(loaded, loaded.path.stem, dtype, mode, steps, warmup, out, seed, progress, entry)
 
 
@@ -124,12 +129,17 @@ def _profile_loaded(loaded: LoadedModel, stem: str, dtype: str, mode: str, steps
 
     validate_counts(warmup, steps)
     run_dir = Path(out) if out is not None else default_run_dir(stem)
-    args = {"device": loaded.device.type, "mode": mode, "dtype": dtype, "warmup": warmup, "steps": steps,
-            "seed": seed, "entry": entry}
+    args = {"device": loaded.device.type, "mode": mode, "dtype": dtype, "autocast": _autocast_name(loaded),
+            "warmup": warmup, "steps": steps, "seed": seed, "entry": entry}
     run_dir, _ = profile_to_run(loaded, args, run_dir, progress)
     run = load(run_dir)
     run._loaded = loaded  # measuring and trying kernels reuse it; `load()` re-loads from the file instead
     return run
+
+
+def _autocast_name(loaded: LoadedModel) -> str | None:
+    """As the CLI records it in run.json args.autocast: "bfloat16", "float16" or None."""
+    return str(loaded.autocast).removeprefix("torch.") if loaded.autocast is not None else None
 
 
 # ---------------------------------------------------------------- shared with the CLI

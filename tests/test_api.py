@@ -72,3 +72,33 @@ def test_report_writes_html(run, tmp_path):
 def test_bad_inputs_are_one_clear_error():
     with pytest.raises(UserInputError, match="inputs must be a list of tensors"):
         ka.profile(nn.Linear(2, 2), ["not a tensor"], device="cpu")
+
+
+class _StateInForward(nn.Module):
+    """Makes float32 state in forward, as an LSTM's hidden state: a bfloat16 cast breaks it."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x):
+        state = torch.zeros(x.shape[0], 16, device=x.device)  # float32 whatever the weights are
+        return self.lin(x) + state @ self.lin.weight
+
+
+def test_autocast_runs_float32_state_and_is_recorded(tmp_path):
+    with pytest.raises(UserInputError, match="same dtype") as cast:
+        ka.profile(_StateInForward(), [torch.randn(4, 16)], device="cpu", dtype="bfloat16", steps=1, warmup=0,
+                   out=tmp_path / "cast")
+    assert "--autocast bfloat16 instead of --dtype bfloat16" in cast.value.fix
+    run = ka.profile(_StateInForward(), [torch.randn(4, 16)], device="cpu", autocast="bfloat16", steps=1,
+                     warmup=0, out=tmp_path / "autocast")
+    assert run.meta["args"]["autocast"] == "bfloat16" and run.meta["args"]["dtype"] == "keep"
+    add = run.ops[run.ops["name"] == "aten::add"].iloc[0]
+    assert list(add["input_dtypes"][:2]) == ["bfloat16", "bfloat16"]  # autocast's linear output, not float32
+    assert run.model()[0].autocast == torch.bfloat16  # measuring and try_kernels run under it too
+
+
+def test_autocast_needs_the_model_in_float32():
+    with pytest.raises(UserInputError, match="autocast needs the model in float32"):
+        ka.profile(nn.Linear(2, 2), [torch.randn(1, 2)], device="cpu", dtype="float16", autocast="bfloat16")

@@ -6,7 +6,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from kernel_advisor.collect.loader import DTYPES, LoadedModel, resolve_device
+from kernel_advisor.collect.loader import AUTOCAST_DTYPES, DTYPES, LoadedModel, _check_autocast, resolve_device
 from kernel_advisor.collect.tree import map_tensors, tensor_leaves
 from kernel_advisor.errors import UserInputError
 
@@ -14,14 +14,16 @@ Inputs = Sequence[Any] | Callable[[], Sequence[Any]]
 
 
 def loaded_from_module(model: Any, inputs: Inputs, *, device: str = "auto", dtype: str = "keep",
-                       loss_fn: Callable | None = None, seed: int = 0) -> LoadedModel:
+                       loss_fn: Callable | None = None, seed: int = 0, autocast: str | None = None) -> LoadedModel:
     """`inputs` is a list of tensors, or a zero-argument function drawing a fresh list.
 
     With a list, every input draw of the correctness gate is that same list (there is no
     way to draw another); with a function, each draw calls it under its own seed.
+    `autocast` ("bfloat16", "float16") runs steps under torch.autocast, as a model file's.
     """
     if dtype not in DTYPES:
         raise UserInputError(f"unknown dtype '{dtype}'", f"use one of {', '.join(DTYPES)}")
+    _check_autocast(autocast, dtype)  # the model file's rule: autocast needs float32 weights
     if not callable(model):
         raise UserInputError(f"the model is a {type(model).__name__}, not callable", "pass an nn.Module")
     dev, cast = resolve_device(device), DTYPES[dtype]
@@ -41,7 +43,8 @@ def loaded_from_module(model: Any, inputs: Inputs, *, device: str = "auto", dtyp
         model = model.to(dev) if cast is None else model.to(dev, cast)
     name = type(model).__name__
     return LoadedModel(path=Path(f"<in-memory {name}>"), sha256="", entry=None, module=None, model=model,
-                       inputs=first, loss_fn=loss_fn, device=dev, dtype=cast, make_inputs=make_inputs)
+                       inputs=first, loss_fn=loss_fn, device=dev, dtype=cast, make_inputs=make_inputs,
+                       autocast=AUTOCAST_DTYPES[autocast] if autocast else None)
 
 
 def _drawer(inputs: Inputs) -> Callable[[], list]:
