@@ -4,6 +4,9 @@ The same gate as try-kernel's (trykernel/gate.py): every output leaf and, in tra
 every parameter gradient, against eager at the run's dtype and against the reference
 (float64 where memory allows, trykernel/reference.py). A variant's first call is where
 torch.compile compiles, so compile time is spent here and never inside the timing.
+
+Tolerances: the variant's own (actions that change numerics on purpose state one), else the
+kernel default for the leaf's dtype. One rule loosens them: see `tf32_conv_tolerance`.
 """
 from __future__ import annotations
 
@@ -11,12 +14,19 @@ import dataclasses
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn as nn
 
 from kernel_advisor.actions import Variant
+from kernel_advisor.actions.base import Tolerance
+from kernel_advisor.actions.tf32 import TF32_TOLERANCE
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.trykernel.candidates import default_tolerance
 from kernel_advisor.trykernel.capture import Captured, capture_step, compare_captures
 from kernel_advisor.trykernel.gate import LeafComparison
+
+TF32_CONV_NOTE = (f"float32 leaves held to TF32's {TF32_TOLERANCE[0]:g}: the model runs float32 convolutions "
+                  "on CUDA with cudnn.allow_tf32 on, and cuDNN may pick a TF32 algorithm for the variant "
+                  "and not for eager")
 
 
 @dataclass
@@ -26,6 +36,7 @@ class GateRecord:
     comparisons: list[LeafComparison] = field(default_factory=list)
     error: str = ""  # the variant raised: its first line
     draws: int = 0
+    tolerance: str = ""  # a tolerance other than the variant's or the default, and why ("" for none)
 
     @property
     def problem(self) -> str:
@@ -36,10 +47,11 @@ class GateRecord:
         """The largest errors seen, for people: relative to eager and to the reference."""
         if not self.comparisons:
             return None
-        return {"draws": self.draws, "leaves": len(self.comparisons) // max(self.draws, 1),
-                "rel_err": _max(c.rel_err for c in self.comparisons),
-                "ref_rel_err": _max(c.ref_rel_err for c in self.comparisons),
-                "baseline_ref_rel_err": _max(c.baseline_ref_rel_err for c in self.comparisons)}
+        worst = {"draws": self.draws, "leaves": len(self.comparisons) // max(self.draws, 1),
+                 "rel_err": _max(c.rel_err for c in self.comparisons),
+                 "ref_rel_err": _max(c.ref_rel_err for c in self.comparisons),
+                 "baseline_ref_rel_err": _max(c.baseline_ref_rel_err for c in self.comparisons)}
+        return {**worst, "tolerance": self.tolerance} if self.tolerance else worst
 
 
 def gate_variant(loaded: LoadedModel, v: Variant, inputs: list, base: Captured, ref: Captured | None,
@@ -50,12 +62,45 @@ def gate_variant(loaded: LoadedModel, v: Variant, inputs: list, base: Captured, 
     try:
         with v.context():
             got = capture_step(loaded, v.model, v.params_of or loaded.model, v.convert_inputs(inputs), mode)
+            # read inside the context: the variant itself may switch TF32 or autocast on
+            tolerance, record.tolerance = tf32_conv_tolerance(
+                v.tolerance or default_tolerance, loaded.device.type, torch.backends.cudnn.allow_tf32,
+                _float32_convolutions(v.model, loaded))
     except Exception as e:  # noqa: BLE001 - a transformation the model rejects is a result, not a crash
         record.error = first_line(e)
         return
-    tolerance = v.tolerance or default_tolerance
     record.comparisons.extend(compare_captures(_like(got, base), base, ref, tolerance))
     record.draws += 1
+
+
+def tf32_conv_tolerance(tolerance: Tolerance, device_type: str, cudnn_allow_tf32: bool,
+                        float32_convolutions: bool) -> tuple[Tolerance, str]:
+    """The tolerance a variant is gated with, and the note stating it ("" when unchanged).
+
+    NB: with cudnn.allow_tf32 on (PyTorch's default) cuDNN may run a float32 convolution on
+    TF32 tensor cores, choosing the algorithm per layout and shape. Eager may get an exact
+    algorithm and the variant (channels_last, a compiled or benchmarked conv) a TF32 one, so
+    eager's own distance from the reference no longer bounds the variant's: float32 leaves get
+    the tf32 action's tolerance. Other dtypes keep theirs; TF32 touches float32 math only.
+    """
+    if device_type != "cuda" or not cudnn_allow_tf32 or not float32_convolutions:
+        return tolerance, ""
+
+    def loosened(dtype: torch.dtype) -> tuple[float, float]:
+        rtol, atol = tolerance(dtype)
+        if dtype != torch.float32:
+            return rtol, atol
+        return max(rtol, TF32_TOLERANCE[0]), max(atol, TF32_TOLERANCE[1])
+
+    return loosened, TF32_CONV_NOTE
+
+
+def _float32_convolutions(model, loaded: LoadedModel) -> bool:
+    """Does the model hold a torch.nn convolution that runs in float32 (no autocast around it)?"""
+    if loaded.autocast is not None or torch.is_autocast_enabled(loaded.device.type):
+        return False  # autocast runs convolutions in 16 bits
+    modules = model.modules() if isinstance(model, nn.Module) else ()
+    return any(isinstance(m, nn.modules.conv._ConvNd) and m.weight.dtype == torch.float32 for m in modules)
 
 
 def _like(got: Captured, base: Captured) -> Captured:
