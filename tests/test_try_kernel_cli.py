@@ -1,8 +1,10 @@
 """`advisor try-kernel` through typer's CliRunner: exit codes, --impl errors, --json, try_kernel.json."""
 import json
+import os
 import textwrap
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 import kernel_advisor.cli
@@ -45,6 +47,23 @@ KERNELS = textwrap.dedent("""
         return torch.softmax(self.double(), dim)
 """)
 FAST = ["--device", "cpu", "--no-compile", "--reps", "3", "--warmup", "1", "--draws", "2"]
+# NB: Triton chooses interpreter or GPU once, when a kernel is first decorated; conftest.py sets
+# TRITON_INTERPRET=1 only without CUDA, so on a GPU machine the kernels are GPU kernels by now.
+triton_on_cpu = pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="runs a Triton kernel on CPU tensors: needs TRITON_INTERPRET=1 before Triton is imported, "
+           "which conftest.py sets only on a machine without CUDA")
+
+
+@pytest.fixture(autouse=True)
+def _triton_interpret_restored():
+    """`--device cpu` sets TRITON_INTERPRET=1 in this process; later (GPU) tests must not inherit it."""
+    before = os.environ.get("TRITON_INTERPRET")
+    yield
+    if before is None:
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = before
 
 
 @pytest.fixture
@@ -150,6 +169,7 @@ def test_a_run_of_another_model_is_refused_when_named(files, advisor_home):
     assert not (run / "try_kernel.json").exists()
 
 
+@triton_on_cpu
 def test_triton_kernel_on_cpu_is_checked_in_the_interpreter(files):
     result = invoke(str(files / "tiny.py"), "triton.softmax", *FAST, "--json")
     assert result.exit_code == 0, result.output
@@ -166,6 +186,7 @@ def test_unknown_kernel_id_and_unmet_capability(files):
     assert result.exit_code == 2 and "cuda.softmax cannot run here" in result.stderr
 
 
+@triton_on_cpu
 def test_default_selection_finds_the_applicable_kernels(files):
     result = invoke(str(files / "tiny.py"), *FAST, "--check-only", "--json")
     assert result.exit_code == 0, result.output
