@@ -23,6 +23,7 @@ from kernel_advisor.collect.loader import LoadedModel, load_model
 from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
 from kernel_advisor.pipeline import import_to_run, profile_to_run
 from kernel_advisor.collect.rundir import default_run_dir, load_run, write_json_atomic
+from kernel_advisor.collect.step_time import StepTime, step_time_of
 from kernel_advisor.measure.advice import AdviceMeasurement, measure_report
 from kernel_advisor.measure.from_run import load_run_model
 from kernel_advisor.measure.session import MeasureOptions
@@ -33,6 +34,7 @@ from kernel_advisor.recommend.report import Report, recommend as recommend_repor
 from kernel_advisor.recommend.ruleset import load_rules
 from kernel_advisor.render.html_report import write_report
 from kernel_advisor.render.measured_render import add_measurement
+from kernel_advisor.render.profile_render import run_warnings
 from kernel_advisor.render.recommend_render import report_to_dict
 
 Progress = Callable[[str, int, int], None]
@@ -47,6 +49,16 @@ class Run:
     ops: pd.DataFrame
     sequence: pd.DataFrame
     _loaded: LoadedModel | None = field(default=None, repr=False)  # the in-memory model, when profiled here
+
+    @property
+    def step_time(self) -> StepTime | None:
+        """The run's one step time (median, interval, `basis()`), as every command quotes it."""
+        return step_time_of(self.meta)
+
+    @property
+    def warnings(self) -> list[str]:
+        """What `advisor profile` / `import` warn about this run (drift, markers, shapes, coverage)."""
+        return run_warnings(self.meta)
 
     def recommend(self, rules: Sequence[str | Path] | None = None, measure: bool = False, *, top: int = 10,
                   budget_s: float | None = None, also: Sequence[str] = (),
@@ -109,11 +121,16 @@ def profile_file(path: str | Path, *, entry: str | None = None, device: str = "a
     return _profile_loaded(loaded, loaded.path.stem, dtype, mode, steps, warmup, out, seed, progress, entry)
 
 
-def import_trace(path: str | Path, *, mode: str = "inference", out: str | Path | None = None) -> Run:
-    """A torch.profiler / Kineto trace captured elsewhere, attributed and analysed as a run."""
+def import_trace(path: str | Path, *, mode: str = "inference", out: str | Path | None = None,
+                 steps: int | None = None) -> Run:
+    """A torch.profiler / Kineto trace captured elsewhere, attributed and analysed as a run.
+
+    `steps` as `advisor import --steps`: the steps a trace without ProfilerStep markers holds,
+    or the last marked steps to keep.
+    """
     trace = Path(path)
     run_dir = Path(out) if out is not None else default_run_dir(trace.name.split(".")[0])
-    run_dir, _ = import_to_run(trace, {"mode": mode, "source_trace": str(trace)}, run_dir)
+    run_dir, _ = import_to_run(trace, {"mode": mode, "source_trace": str(trace), "steps": steps}, run_dir)
     return load(run_dir)
 
 

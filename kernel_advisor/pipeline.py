@@ -53,10 +53,12 @@ def profile_to_run(loaded: LoadedModel, args: dict, out_dir: Path,
 
 
 def import_to_run(trace_path: Path, args: dict, out_dir: Path) -> tuple[Path, dict]:
+    """`args["steps"]` (import --steps; None when not given): the steps a trace without step
+    markers holds, or the last marked steps to keep."""
     check_writable_target(out_dir)
     trace = read_trace(trace_path)
     device_type = "cuda" if len(trace.gpu) else "cpu"
-    attr = attribute(trace, device_type, cost_arguments=cost_arguments)
+    attr = attribute(trace, device_type, cost_arguments=cost_arguments, steps_hint=args.get("steps"))
     if attr.ops.empty:  # an empty run would read as "0 s, 100 % modelled": say what is wrong instead
         raise UserInputError(f"{trace_path.name} holds no operator events to attribute",
                              "export the trace after the profiled steps ran, with record_shapes=True "

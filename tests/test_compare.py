@@ -31,12 +31,14 @@ def after_ops() -> list[OpSpec]:
 
 @pytest.fixture
 def two_runs(tmp_path):
-    a = write_run(tmp_path / "a", gpt_like_ops(), steps=2, step_wall_s=[0.0024, 0.0022],
-                  recommendations=recommendations_doc(softmax_row_id=1))
+    """run.json as an older advisor wrote it (no `step_s`): the step time is worked out from the
+    unprofiled steps, not the profiled ones (each 0.2 ms slower here)."""
+    a = write_run(tmp_path / "a", gpt_like_ops(), steps=2, step_wall_s=[0.0026, 0.0024],
+                  unprofiled_step_wall_s=[0.0024, 0.0022], recommendations=recommendations_doc(softmax_row_id=1))
     b_settings = {"allow_tf32_matmul": True, "allow_tf32_cudnn": True, "float32_matmul_precision": "highest",
                   "cudnn_benchmark": False, "mode": "inference", "dtype": "bfloat16"}
-    b = write_run(tmp_path / "b", after_ops(), steps=4, step_wall_s=[0.0016, 0.0015, 0.0017, 0.0015],
-                  settings=b_settings)
+    b = write_run(tmp_path / "b", after_ops(), steps=4, step_wall_s=[0.0018, 0.0017, 0.0019, 0.0017],
+                  unprofiled_step_wall_s=[0.0016, 0.0015, 0.0017, 0.0015], settings=b_settings)
     return a, b
 
 
@@ -49,8 +51,13 @@ def _row(ops, name):
 def test_step_time_and_device_time_hand_worked(two_runs):
     a, b = two_runs
     cmp = compare_runs(load_run(a), load_run(b))
-    assert cmp.step_a_s == pytest.approx(0.0023)  # median(2.4, 2.2) ms
+    assert cmp.step_a_s == pytest.approx(0.0023)  # median(2.4, 2.2) ms, the unprofiled steps
     assert cmp.step_b_s == pytest.approx(0.00155)  # median(1.5, 1.5, 1.6, 1.7) ms = (1.5 + 1.6) / 2
+    # Order-statistic intervals: 2 steps → [min, max] (covers 50 %); 4 steps → [min, max] (87.5 %).
+    assert (cmp.step_a.low_s, cmp.step_a.high_s) == pytest.approx((0.0022, 0.0024))
+    assert (cmp.step_b.low_s, cmp.step_b.high_s) == pytest.approx((0.0015, 0.0017))
+    assert cmp.step_a.confidence == pytest.approx(0.5) and cmp.step_b.confidence == pytest.approx(0.875)
+    assert cmp.step_a.source == "unprofiled" and cmp.step_verdict == "faster"  # 1.7 ms < 2.2 ms: apart
     assert cmp.step_ratio == pytest.approx(0.00155 / 0.0023)  # 0.6739
     assert cmp.speedup == pytest.approx(0.0023 / 0.00155)  # 1.4839
     assert cmp.device_per_step_a_s == pytest.approx(2.0 * MS)  # 4.0 ms over 2 steps
@@ -149,7 +156,7 @@ def test_runs_without_step_times_have_no_ratio(tmp_path):
     op = [OpSpec("aten::relu", [[1]], ["float16"], 1, 1e-6)]
     a = load_run(write_run(tmp_path / "a", op, steps=1, step_wall_s=[0.01]))
     b = load_run(write_run(tmp_path / "b", op, steps=1, step_wall_s=[0.01]))
-    b.meta["step_wall_s"] = []
+    b.meta["step_wall_s"] = b.meta["unprofiled_step_wall_s"] = []
     cmp = compare_runs(a, b)
     assert math.isnan(cmp.step_b_s) and math.isnan(cmp.speedup)
     assert "no step times to compare" in headline(cmp)
@@ -203,3 +210,74 @@ def test_cli_compare_bad_input_exits_1(two_runs, cli, tmp_path, args):
     result = cli(*argv)
     assert result.exit_code == 1
     assert "advisor: error:" in result.output
+
+
+# ---------------------------------------------------------------- step intervals and model files
+
+
+def _step_s(value, low, high, steps=10):
+    return {"value": value, "low": low, "high": high, "source": "unprofiled", "steps": steps, "confidence": 0.98}
+
+
+def test_overlapping_step_intervals_are_no_measurable_difference(tmp_path):
+    ops = gpt_like_ops()
+    # 10 % apart by the medians, but the intervals [9, 12] and [9.5, 13] ms overlap.
+    a = load_run(write_run(tmp_path / "a", ops, step_s=_step_s(0.010, 0.009, 0.012)))
+    b = load_run(write_run(tmp_path / "b", ops, step_s=_step_s(0.011, 0.0095, 0.013)))
+    cmp = compare_runs(a, b)
+    assert cmp.step_a_s == 0.010 and cmp.step_b_s == 0.011  # run.json's step_s, not the 5 ms step lists
+    assert cmp.step_verdict == "no measurable difference"
+    line = headline(cmp)
+    assert "no measurable difference" in line and "slower" not in line and "B/A = 1.100" in line
+    doc = json.loads(compare_json(cmp, top=1))
+    assert doc["step_verdict"] == "no measurable difference"
+    assert doc["step_b"] == {**_step_s(0.011, 0.0095, 0.013), "basis": "median of 10 unprofiled steps"}
+
+
+def test_intervals_apart_give_the_ratio(tmp_path):
+    ops = gpt_like_ops()
+    a = load_run(write_run(tmp_path / "a", ops, step_s=_step_s(0.010, 0.009, 0.011)))
+    b = load_run(write_run(tmp_path / "b", ops, step_s=_step_s(0.0283, 0.027, 0.030)))
+    cmp = compare_runs(a, b)
+    assert cmp.step_verdict == "slower" and "B is 2.83× slower" in headline(cmp)
+
+
+def test_a_step_time_without_interval_says_so(tmp_path):
+    ops = gpt_like_ops()
+    span = {"value": 0.02, "low": None, "high": None, "source": "trace-span", "steps": 3, "confidence": None}
+    a = load_run(write_run(tmp_path / "a", ops, step_s=_step_s(0.010, 0.009, 0.011)))
+    b = load_run(write_run(tmp_path / "b", ops, step_s=span))
+    cmp = compare_runs(a, b)
+    assert cmp.step_verdict == "no interval"
+    assert "B is 2.00× slower (B/A = 2.000, no interval to test it against)" in headline(cmp)
+    assert "whole trace / 3 steps (no step markers)" in str(compare_renderables(cmp, 1)[0])
+
+
+def test_each_run_shows_its_step_time_and_basis(two_runs):
+    a, b = two_runs
+    text = str(compare_renderables(compare_runs(load_run(a), load_run(b)), top=1)[0])
+    assert "step 2.30 ms [2.20 ms–2.40 ms, 50 % CI], median of 2 unprofiled steps" in text
+    assert "step 1.55 ms [1.50 ms–1.70 ms, 88 % CI], median of 4 unprofiled steps" in text
+
+
+def test_different_model_files_warn_in_one_line(tmp_path, cli):
+    ops = gpt_like_ops()
+    a = write_run(tmp_path / "a", ops, model={"file": "model.py", "sha256": "a" * 64, "entry": None})
+    same = write_run(tmp_path / "same", ops, model={"file": "moved/model.py", "sha256": "a" * 64, "entry": None})
+    other = write_run(tmp_path / "other", ops, model={"file": "model.py", "sha256": "b" * 64, "entry": None})
+    assert compare_runs(load_run(a), load_run(same)).model_change is None  # same content, moved file
+    result = cli("compare", a, other)
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("advisor: warning:")]
+    assert len(warnings) == 1 and "different model files" in warnings[0] and "aaaaaaaaaaaa" in warnings[0]
+    doc = json.loads(cli("compare", a, other, "--json").stdout)
+    assert doc["model_change"]["sha256_b"] == "b" * 64 and len(doc["warnings"]) == 1
+    assert not cli("compare", a, same).stderr  # nothing to warn about
+
+
+def test_imported_runs_have_no_model_hash_to_compare(tmp_path):
+    ops = gpt_like_ops()
+    trace = {"file": "trace_a.json", "sha256": None, "entry": None}
+    a = load_run(write_run(tmp_path / "a", ops, model=trace))
+    b = load_run(write_run(tmp_path / "b", ops, model={**trace, "file": "trace_b.json"}))
+    assert compare_runs(a, b).model_change is None

@@ -2,13 +2,14 @@
 settings, and what applying run A's recommendations actually bought.
 
 Pure: takes loaded runs (and A's recommendations), returns a frozen RunComparison.
-Times are per profiled step, so runs with different `--steps` compare fairly.
+Times are per profiled step, so runs with different `--steps` compare fairly. The step
+times are each run's one step time (collect/step_time.py) with its interval; when the two
+intervals overlap the verdict is "no measurable difference", whatever the ratio.
 """
 from __future__ import annotations
 
 import json
 import math
-import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -16,6 +17,7 @@ import pandas as pd
 
 from kernel_advisor.records.recommendations import RecommendationEntry as Recommendation
 from kernel_advisor.collect.rundir import Run
+from kernel_advisor.collect.step_time import StepTime, intervals_overlap, step_time_of
 
 HOTSPOT_SHARE_PCT = 1.0  # "a hotspot": at least this share of the run's device time
 KEY_COLUMNS = ("name", "input_shapes", "input_dtypes")
@@ -38,7 +40,7 @@ class RecommendationOutcome:
 
     scope "ops": before/after are A's and B's device time per step of the ops the
     recommendation named (matched by name + shapes + dtypes; an op gone from B counts 0).
-    scope "run": it named no op, so before/after are the median step times.
+    scope "run": it named no op, so before/after are the runs' step times.
     """
 
     rule_id: str
@@ -55,10 +57,20 @@ class RecommendationOutcome:
 
 
 @dataclass(frozen=True)
+class ModelFileChange:
+    """The two runs profiled different model files (by content; the path alone may move)."""
+
+    file_a: str | None
+    file_b: str | None
+    sha256_a: str
+    sha256_b: str
+
+
+@dataclass(frozen=True)
 class RunComparison:
     run_a: str
     run_b: str
-    step_a_s: float  # median step_wall_s (NaN when the run has none)
+    step_a_s: float  # the run's step time (collect/step_time.py; NaN when the run has none)
     step_b_s: float
     device_per_step_a_s: float
     device_per_step_b_s: float
@@ -67,6 +79,15 @@ class RunComparison:
     vanished_hotspots: pd.DataFrame  # in A above HOTSPOT_SHARE_PCT, absent from B
     context_changes: tuple[ContextChange, ...]
     recommendations: tuple[RecommendationOutcome, ...] | None  # None: A has no recommendations.json
+    step_a: StepTime | None = None  # with interval and basis; None: no step times
+    step_b: StepTime | None = None
+    model_change: ModelFileChange | None = None
+
+    @property
+    def step_verdict(self) -> str:
+        """"faster", "slower" (B against A), "no measurable difference" (the intervals overlap),
+        "no interval" (a run has none: only the ratio is known) or "no step times"."""
+        return step_verdict(self.step_a, self.step_b)
 
     @property
     def step_ratio(self) -> float:
@@ -83,9 +104,28 @@ def _ratio(num: float, den: float) -> float:
     return num / den if den > 0 and not math.isnan(num) else math.nan
 
 
-def median_step_s(meta: dict) -> float:
-    walls = [float(w) for w in meta.get("step_wall_s") or [] if isinstance(w, (int, float))]
-    return statistics.median(walls) if walls else math.nan
+def step_verdict(a: StepTime | None, b: StepTime | None) -> str:
+    if a is None or b is None or not (a.value_s > 0 and b.value_s > 0):
+        return "no step times"
+    overlap = intervals_overlap(a, b)
+    if overlap is None:
+        return "no interval"
+    if overlap:
+        return "no measurable difference"
+    return "faster" if b.value_s < a.value_s else "slower"
+
+
+def model_file_change(meta_a: dict, meta_b: dict) -> ModelFileChange | None:
+    """Set when both runs recorded their model file's sha256 and the two differ (imports record none)."""
+    model_a, model_b = meta_a.get("model") or {}, meta_b.get("model") or {}
+    sha_a, sha_b = model_a.get("sha256"), model_b.get("sha256")
+    if not sha_a or not sha_b or sha_a == sha_b:
+        return None
+    return ModelFileChange(model_a.get("file"), model_b.get("file"), str(sha_a), str(sha_b))
+
+
+def _step_value_s(step: StepTime | None) -> float:
+    return step.value_s if step is not None else math.nan
 
 
 def op_key(name: str, shapes: Any, dtypes: Any) -> str:
@@ -177,7 +217,8 @@ def compare_runs(run_a: Run, run_b: Run, recommendations_a: Sequence[Recommendat
     """Everything `advisor compare` reports; B is the "after" run."""
     table_a, table_b = per_step_ops(run_a), per_step_ops(run_b)
     deltas = op_deltas(table_a, table_b)
-    step_a_s, step_b_s = median_step_s(run_a.meta), median_step_s(run_b.meta)
+    step_a, step_b = step_time_of(run_a.meta), step_time_of(run_b.meta)
+    step_a_s, step_b_s = _step_value_s(step_a), _step_value_s(step_b)
     outcomes = None if recommendations_a is None else recommendation_outcomes(
         recommendations_a, run_a, deltas, step_a_s, step_b_s)
     return RunComparison(
@@ -185,4 +226,5 @@ def compare_runs(run_a: Run, run_b: Run, recommendations_a: Sequence[Recommendat
         device_per_step_a_s=float(table_a["time_s"].sum()), device_per_step_b_s=float(table_b["time_s"].sum()),
         ops=deltas, new_hotspots=hotspots_only_in(deltas, "b", min_share_pct),
         vanished_hotspots=hotspots_only_in(deltas, "a", min_share_pct),
-        context_changes=context_changes(run_a.meta, run_b.meta), recommendations=outcomes)
+        context_changes=context_changes(run_a.meta, run_b.meta), recommendations=outcomes,
+        step_a=step_a, step_b=step_b, model_change=model_file_change(run_a.meta, run_b.meta))

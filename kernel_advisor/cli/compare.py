@@ -12,7 +12,7 @@ from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.collect.rundir import load_run, resolve_run
 from kernel_advisor.errors import UserInputError
-from kernel_advisor.render.compare_render import compare_json, compare_renderables
+from kernel_advisor.render.compare_render import compare_json, compare_renderables, compare_warnings
 
 
 @app.command("compare")
@@ -35,6 +35,8 @@ def compare_cmd(
     comparison = compare_runs(a, b, load_recommendations(dir_a))
     if json_out:
         print(compare_json(comparison, top), flush=True)
-        return
-    for renderable in compare_renderables(comparison, top):
-        console.out.print(renderable)
+    else:
+        for renderable in compare_renderables(comparison, top):
+            console.out.print(renderable)
+    for line in compare_warnings(comparison):  # last, where it is seen
+        console.warn(line)

@@ -19,7 +19,7 @@ from kernel_advisor.distributed.assemble import load_ranks_document
 from kernel_advisor.distributed.launch import DistributedRequest, profile_distributed
 from kernel_advisor.errors import UserInputError
 from kernel_advisor.render.dist_render import collective_table, distributed_json, distributed_line, rank_table
-from kernel_advisor.render.profile_render import hotspot_table, profile_json, region_table, summary_line
+from kernel_advisor.render.profile_render import hotspot_table, profile_json, region_table, run_warnings, summary_line
 
 
 
@@ -67,12 +67,14 @@ def profile_cmd(
     shown = region_view(run, region) if region else run
     if json_out:
         console.out.print_json(profile_json(shown.meta, shown.ops, run_dir, top))
-        return
-    where = f" in region '{region}'" if region else ""
-    console.out.print(hotspot_table(shown.ops, top, title=f"Top hotspots{where} — {loaded.path.name} on {meta['device']['name']}"))
-    if not region and (run.sequence["region"] != "").any():
-        console.out.print(region_table(run.sequence, run.ops))
-    console.out.print(summary_line(run.meta, run_dir))
+    else:
+        where = f" in region '{region}'" if region else ""
+        console.out.print(hotspot_table(shown.ops, top, title=f"Top hotspots{where} — {loaded.path.name} on {meta['device']['name']}"))
+        if not region and (run.sequence["region"] != "").any():
+            console.out.print(region_table(run.sequence, run.ops))
+        console.out.print(summary_line(run.meta, run_dir))
+    for line in run_warnings(run.meta):  # last, where they are seen
+        console.warn(line)
 
 
 def _check_distributed_options(nproc_per_node: int, fsdp: bool, mode: Mode, autocast: Optional[str]) -> None:
@@ -97,10 +99,12 @@ def _profile_distributed(request: DistributedRequest, out: Optional[Path], top: 
     doc = load_ranks_document(run_dir)
     if json_out:
         console.out.print_json(distributed_json(run.meta, run.ops, run_dir, top, doc))
-        return
-    title = f"Top hotspots — rank 0 of {doc['world_size']} — {request.model.name} on {meta['device']['name']}"
-    console.out.print(hotspot_table(run.ops, top, title=title))
-    console.out.print(rank_table(doc))
-    console.out.print(collective_table(doc))
-    console.out.print(summary_line(run.meta, run_dir))
-    console.out.print(distributed_line(run.meta["distributed"]))
+    else:
+        title = f"Top hotspots — rank 0 of {doc['world_size']} — {request.model.name} on {meta['device']['name']}"
+        console.out.print(hotspot_table(run.ops, top, title=title))
+        console.out.print(rank_table(doc))
+        console.out.print(collective_table(doc))
+        console.out.print(summary_line(run.meta, run_dir))
+        console.out.print(distributed_line(run.meta["distributed"]))
+    for line in run_warnings(run.meta):  # rank 0's
+        console.warn(line)

@@ -27,6 +27,7 @@ import pandas as pd
 
 from kernel_advisor.collect.nesting import innermost_region, nest_ops, self_time_us
 from kernel_advisor.collect.trace_reader import TraceData
+from kernel_advisor.errors import UserInputError
 
 PROFILER_TYPES = {
     "float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
@@ -36,6 +37,7 @@ PROFILER_TYPES = {
     "c10::Float8_e4m3fn": "float8_e4m3fn", "c10::Float8_e5m2": "float8_e5m2",
 }
 _STEP_RES = (re.compile(r"^advisor::step#(\d+)$"), re.compile(r"^ProfilerStep#(\d+)$"))
+STEP_MARKERS = ("advisor::step#N", "ProfilerStep#N")  # what each of _STEP_RES is called in messages
 # Namespaced ops a user recognises; autograd engine wrappers and profiler markers are not.
 _RECOGNISED = re.compile(r"^[A-Za-z_][\w.]*::\w")
 _NOT_RECOGNISED = ("autograd::", "torch::autograd::", "profiler::", "ProfilerStep")
@@ -56,8 +58,12 @@ class Attribution:
     sequence: pd.DataFrame
     total_device_time_s: float
     device_busy_s: float
-    step_wall_s: tuple[float, ...]  # trace-side duration of each profiled step
-    step_device_time_s: tuple[float, ...]
+    step_wall_s: tuple[float, ...]  # trace-side duration of each step window
+    step_device_time_s: tuple[float, ...]  # per step window
+    # Steps the per-step figures divide by: one per step window, or, for a trace with no step
+    # markers (one window spanning it all), the count the caller says it holds (import --steps).
+    steps: int = 1
+    step_markers: str = ""  # "advisor::step#N", "ProfilerStep#N", or "" (none: one whole-trace window)
 
 
 def is_recognised(name: str) -> bool:
@@ -70,13 +76,22 @@ def dtype_name(profiler_type: str) -> str:
 
 def step_windows(trace: TraceData) -> pd.DataFrame:
     """Profiled steps as [ts, end) windows: our own step ranges, else ProfilerStep#N, else all."""
+    return _marked_windows(trace)[0]
+
+
+def _marked_windows(trace: TraceData) -> tuple[pd.DataFrame, str]:
+    """(step windows, the marker they come from; "" for the one whole-trace window)."""
     ann = trace.annotations
-    for pattern in _STEP_RES:
+    for pattern, marker in zip(_STEP_RES, STEP_MARKERS):
         hits = ann[ann["name"].str.match(pattern)] if len(ann) else ann
         if len(hits):
             out = pd.DataFrame({"ts_us": hits["ts_us"].to_numpy(float),
                                 "end_us": (hits["ts_us"] + hits["dur_us"]).to_numpy(float)})
-            return out.sort_values("ts_us").reset_index(drop=True)
+            return out.sort_values("ts_us").reset_index(drop=True), marker
+    return _whole_trace_window(trace), ""
+
+
+def _whole_trace_window(trace: TraceData) -> pd.DataFrame:
     events = [df for df in (trace.cpu_ops, trace.gpu) if len(df)]
     if not events:
         return pd.DataFrame({"ts_us": [], "end_us": []})
@@ -94,10 +109,16 @@ def assign_steps(ts_us: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
 
 
 def attribute(trace: TraceData, device_type: str,
-              cost_arguments: CostArguments | None = None) -> Attribution:
+              cost_arguments: CostArguments | None = None, steps_hint: int | None = None) -> Attribution:
     """Rows of device time per op. With `cost_arguments`, calls whose cost arguments differ
-    (a stride-2 conv beside a stride-1 one of the same shapes) get rows of their own."""
-    steps = step_windows(trace)
+    (a stride-2 conv beside a stride-1 one of the same shapes) get rows of their own.
+
+    `steps_hint` (import --steps N): with step markers, only the last N marked steps count
+    (earlier ones are warm-up); with none, the whole trace counts as N steps.
+    """
+    steps, marker = _marked_windows(trace)
+    if steps_hint is not None:
+        steps = _last_steps(steps, marker, steps_hint)
     cpu = trace.cpu_ops.reset_index(drop=True)
     cpu = cpu.assign(step=assign_steps(cpu["ts_us"].to_numpy(float), steps))
     cpu = cpu[cpu["step"] >= 0].reset_index(drop=True)
@@ -108,7 +129,17 @@ def attribute(trace: TraceData, device_type: str,
         occ, work = _cpu_work(cpu, parent)
     else:
         occ, work = _gpu_work(cpu, trace, steps)
-    return _summarise(occ, work, steps, device_type, cost_arguments)
+    n_steps = len(steps) if marker else (steps_hint or 1)
+    return _summarise(occ, work, steps, device_type, cost_arguments, n_steps, marker)
+
+
+def _last_steps(windows: pd.DataFrame, marker: str, wanted: int) -> pd.DataFrame:
+    if wanted < 1:
+        raise UserInputError(f"--steps must be at least 1 (got {wanted})", "pass the steps the trace holds")
+    if marker and wanted > len(windows):
+        raise UserInputError(f"--steps {wanted}, but the trace marks only {len(windows)} step(s) ({marker})",
+                             f"pass --steps {len(windows)} or fewer, or leave --steps out")
+    return windows.tail(wanted).reset_index(drop=True) if marker else windows
 
 
 def _priced_by_children(cpu: pd.DataFrame) -> np.ndarray:
@@ -224,7 +255,7 @@ def _launchers(cpu: pd.DataFrame, gpu: pd.DataFrame, runtime: pd.DataFrame) -> n
 
 
 def _summarise(occ: pd.DataFrame, work: pd.DataFrame, steps: pd.DataFrame, device_type: str,
-               cost_arguments: CostArguments | None) -> Attribution:
+               cost_arguments: CostArguments | None, n_steps: int, marker: str) -> Attribution:
     occ = occ.sort_values(["start_us", "occ_cpu"], kind="stable").reset_index(drop=True)
     occ["seq"] = np.arange(len(occ))
     occ["step"] = occ["step"].astype(np.int64)
@@ -233,7 +264,7 @@ def _summarise(occ: pd.DataFrame, work: pd.DataFrame, steps: pd.DataFrame, devic
     occ["cost_args"] = _cost_args(occ, cost_arguments) if cost_arguments else ""
     keys = ["name", "kind", "input_dims", "input_dtypes", "cost_args"]
     occ["row_id"] = occ.groupby(keys, sort=False, dropna=False).ngroup()
-    n_steps = max(len(steps), 1)
+    n_steps = max(n_steps, 1)
     total_us = float(work["dur_us"].sum())
     ops = _rows(occ, work, keys, n_steps, total_us)
     sequence = pd.DataFrame({
@@ -242,10 +273,11 @@ def _summarise(occ: pd.DataFrame, work: pd.DataFrame, steps: pd.DataFrame, devic
         "device_time_s": occ["dev_us"] * 1e-6, "start_us": occ["start_us"], "region": occ["region"],
     })
     wall = tuple(((steps["end_us"] - steps["ts_us"]) * 1e-6).tolist())
-    per_step = _per_step_device_s(occ, n_steps)
+    per_step = _per_step_device_s(occ, max(len(steps), 1))
     busy_s = _busy_s(work) if device_type != "cpu" else total_us * 1e-6
     return Attribution(ops=ops, sequence=sequence, total_device_time_s=total_us * 1e-6,
-                       device_busy_s=busy_s, step_wall_s=wall, step_device_time_s=per_step)
+                       device_busy_s=busy_s, step_wall_s=wall, step_device_time_s=per_step,
+                       steps=n_steps, step_markers=marker)
 
 
 def _rows(occ, work, keys, n_steps, total_us) -> pd.DataFrame:

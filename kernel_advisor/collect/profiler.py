@@ -22,6 +22,7 @@ from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
 from kernel_advisor.collect.nvtx_ranges import nvtx_range
 from kernel_advisor.collect.runner import make_step, nonfinite_outputs
+from kernel_advisor.collect.step_time import SteadyState, time_until_steady
 from kernel_advisor.errors import UserInputError
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
@@ -36,6 +37,7 @@ class Capture:
     peak_memory_bytes: int
     peak_memory_kind: str  # "cuda_max_allocated" or "process_max_rss"
     nonfinite_outputs: tuple[str, ...]
+    steady_state: SteadyState | None = None  # the unprofiled steps' drift check (extra warm-up)
 
 
 def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Path,
@@ -47,7 +49,8 @@ def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Pa
     trace_path = workdir / "trace.json"
     with mirror_user_nvtx(), inductor_kernel_metadata():
         nonfinite = _warm_up(step, warmup, sync, report)
-        unprofiled = _timed_steps(step, steps, sync, report)
+        # Steps still speeding up are warm-up: timed again, up to a cap (collect/step_time.py).
+        unprofiled, steady = time_until_steady(lambda: _timed_steps(step, steps, sync, report))
         if loaded.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(loaded.device)
         profiled = _profiled_steps(step, steps, sync, trace_path, loaded.device, report)
@@ -57,7 +60,7 @@ def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Pa
     peak, kind = _peak_memory(loaded.device)
     return Capture(trace_path=trace_path, step_wall_s=tuple(profiled), unprofiled_step_wall_s=tuple(unprofiled),
                    profiler_overhead_ratio=ratio, peak_memory_bytes=peak, peak_memory_kind=kind,
-                   nonfinite_outputs=tuple(nonfinite))
+                   nonfinite_outputs=tuple(nonfinite), steady_state=steady)
 
 
 @contextlib.contextmanager

@@ -10,7 +10,8 @@ from kernel_advisor.collect.environment import device_info, numerics_settings, v
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.profiler import Capture, effective_dtype
 from kernel_advisor.collect.rundir import SCHEMA_VERSION
-from kernel_advisor.collect.trace_reader import TraceData
+from kernel_advisor.collect.step_time import StepTime, overhead_ratio, step_time_estimate, trace_span_step_time
+from kernel_advisor.collect.trace_reader import TraceData, shapes_recorded
 
 FILES = {"ops": "ops.csv", "sequence": "sequence.csv", "trace": "trace.json.gz"}
 
@@ -20,7 +21,7 @@ def _common_meta(attr: Attribution, source: str, args: dict) -> dict:
     return {
         "schema_version": SCHEMA_VERSION, "tool_version": __version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "source": source,
-        "args": args, "steps": len(attr.step_wall_s),
+        "args": args, "steps": attr.steps, "step_markers": attr.step_markers or None,
         "trace_step_wall_s": list(attr.step_wall_s),
         "step_device_time_s": list(attr.step_device_time_s),
         "total_device_time_s": attr.total_device_time_s,
@@ -37,7 +38,11 @@ def profile_meta(loaded: LoadedModel, args: dict, cap: Capture, attr: Attributio
         "device": device_info(loaded.device), "versions": versions(),
         "settings": numerics_settings(args["mode"], args["dtype"], effective_dtype(loaded)),
         "step_wall_s": list(cap.step_wall_s), "unprofiled_step_wall_s": list(cap.unprofiled_step_wall_s),
+        # The one step time every command quotes (collect/step_time.py).
+        "step_s": _json_or_none(step_time_estimate(cap.step_wall_s, cap.unprofiled_step_wall_s)),
+        "steady_state": _json_or_none(cap.steady_state),
         "profiler_overhead_ratio": cap.profiler_overhead_ratio,
+        "profiler_overhead": _json_or_none(overhead_ratio(cap.step_wall_s, cap.unprofiled_step_wall_s)),
         "peak_memory_bytes": cap.peak_memory_bytes, "peak_memory_kind": cap.peak_memory_kind,
         "nonfinite_outputs": list(cap.nonfinite_outputs),
     })
@@ -58,9 +63,24 @@ def import_meta(trace: TraceData, trace_path: Path, args: dict, attr: Attributio
                      "cudnn_benchmark": None, "mode": args.get("mode"), "dtype": "keep",
                      "effective_dtype": ""},
         "step_wall_s": list(attr.step_wall_s), "unprofiled_step_wall_s": [],
-        "profiler_overhead_ratio": None, "peak_memory_bytes": None, "nonfinite_outputs": [],
+        "step_s": _json_or_none(_imported_step_time(attr)), "steady_state": None,
+        "profiler_overhead_ratio": None, "profiler_overhead": None, "peak_memory_bytes": None,
+        "nonfinite_outputs": [],
+        "shapes_recorded": shapes_recorded(trace),  # False: nothing could be costed (record_shapes=False)
     })
     return meta
+
+
+def _imported_step_time(attr: Attribution) -> StepTime | None:
+    """Marked steps: their median (profiled: the trace was recorded under a profiler); no markers:
+    the whole trace's span over the steps it was said to hold (import --steps, else 1)."""
+    if attr.step_markers:
+        return step_time_estimate(attr.step_wall_s, None)
+    return trace_span_step_time(sum(attr.step_wall_s), attr.steps)
+
+
+def _json_or_none(value) -> dict | None:
+    return None if value is None else value.to_json()
 
 
 def _imported_device(props: dict, device_type: str) -> dict:

@@ -110,6 +110,12 @@ def read_trace(path: str | os.PathLike, workers: int | None = None) -> TraceData
         return _read(path, workers)
 
 
+def shapes_recorded(trace: TraceData) -> bool:
+    """Whether any CPU op carries "Input Dims": torch.profiler writes them only with record_shapes=True,
+    and without them no op can be costed."""
+    return bool(len(trace.cpu_ops)) and bool((trace.cpu_ops["input_dims"] != "").any())
+
+
 def _read(path: Path, workers: int) -> TraceData:
     splitter = _Splitter(path.name)
     string_ids: dict[str, int] = {}  # shared: one id per non-integer pid / tid in the whole trace

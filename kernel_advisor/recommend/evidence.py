@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from kernel_advisor.collect.step_time import step_time_of
+
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
             "aten::addbmm", "aten::_addmm_activation")
 CONV_OPS = ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution",
@@ -30,7 +32,7 @@ class RunContext:
     """What every rule may read about the run as a whole."""
 
     steps: int
-    step_s: float  # wall time of one step (unprofiled when measured): the Amdahl denominator
+    step_s: float  # run.json's step time (collect/step_time.py): the Amdahl denominator
     device_time_per_step_s: float
     device_busy_per_step_s: float
     device_type: str
@@ -41,11 +43,7 @@ class RunContext:
     model_file: str | None
     mode: str
     distributed: Mapping[str, Any]  # run.json "distributed" (docs/distributed.md); {} for one process
-
-
-def _mean(values: Any) -> float | None:
-    vals = [float(v) for v in values or () if isinstance(v, (int, float))]
-    return sum(vals) / len(vals) if vals else None
+    step_basis: str = ""  # what step_s is: "median of 10 unprofiled steps"
 
 
 def run_context(meta: Mapping[str, Any]) -> RunContext:
@@ -55,7 +53,9 @@ def run_context(meta: Mapping[str, Any]) -> RunContext:
     busy_s = meta.get("device_busy_s")
     busy_per_step_s = float(busy_s) / steps if busy_s is not None else device_per_step_s
     # NB: the unprofiled wall time is the real step; profiler overhead only inflates host time.
-    step_s = _mean(meta.get("unprofiled_step_wall_s")) or _mean(meta.get("step_wall_s")) or device_per_step_s
+    step = step_time_of(meta)
+    step_s = step.value_s if step is not None and step.value_s > 0 else device_per_step_s
+    basis = step.basis() if step is not None and step.value_s > 0 else "device time per step (no step times)"
     cap = device.get("capability")
     settings = dict(meta.get("settings") or {})
     mode = settings.get("mode") or (meta.get("args") or {}).get("mode") or "inference"
@@ -66,7 +66,7 @@ def run_context(meta: Mapping[str, Any]) -> RunContext:
         device_name=str(device.get("name") or ""), capability=tuple(cap) if cap else None,
         settings=settings, ceilings=dict(meta.get("ceilings") or {}),
         model_file=(meta.get("model") or {}).get("file"), mode=mode,
-        distributed=dict(meta.get("distributed") or {}))
+        distributed=dict(meta.get("distributed") or {}), step_basis=basis)
 
 
 def run_evidence(ctx: RunContext, ops: Any) -> dict[str, Any]:

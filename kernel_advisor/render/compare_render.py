@@ -12,6 +12,7 @@ from rich.text import Text
 
 from kernel_advisor.analyze.compare import RunComparison
 from kernel_advisor.render.report_sections import dtype_text, shapes_text
+from kernel_advisor.render.step_render import step_text
 from kernel_advisor.render.units import fmt_pct, fmt_time_s, shorten
 
 OP_JSON_COLUMNS = ("name", "input_shapes", "input_dtypes", "region", "in_a", "in_b", "calls_a", "calls_b",
@@ -37,16 +38,34 @@ def _ratio_text(ratio: float) -> str:
 
 
 def headline(cmp: RunComparison) -> str:
-    """One line: step time A → B and what it means."""
-    step = f"step (median) {fmt_time_s(cmp.step_a_s)} → {fmt_time_s(cmp.step_b_s)}"
-    if not cmp.speedup > 0:  # NaN: a run without step times
-        verdict = "no step times to compare"
-    elif cmp.speedup >= 1:
-        verdict = f"B is {cmp.speedup:.2f}× faster (B/A = {cmp.step_ratio:.3f})"
+    """One line: step time A → B and what it means (nothing, when the intervals overlap)."""
+    step = f"step {fmt_time_s(cmp.step_a_s)} → {fmt_time_s(cmp.step_b_s)}"
+    verdict = cmp.step_verdict
+    if verdict == "no step times" or not cmp.speedup > 0:  # NaN: a run without step times
+        said = "no step times to compare"
+    elif verdict == "no measurable difference":
+        said = f"no measurable difference: the step intervals overlap (B/A = {cmp.step_ratio:.3f})"
     else:
-        verdict = f"B is {1 / cmp.speedup:.2f}× slower (B/A = {cmp.step_ratio:.3f})"
+        faster = cmp.speedup >= 1
+        said = (f"B is {cmp.speedup:.2f}× faster" if faster else f"B is {1 / cmp.speedup:.2f}× slower") + \
+            f" (B/A = {cmp.step_ratio:.3f}"
+        said += ", no interval to test it against)" if verdict == "no interval" else ")"
     device = f"device time/step {fmt_time_s(cmp.device_per_step_a_s)} → {fmt_time_s(cmp.device_per_step_b_s)}"
-    return f"{step}: {verdict} · {device}"
+    return f"{step}: {said} · {device}"
+
+
+def runs_text(cmp: RunComparison) -> str:
+    """Each run's directory and its step time with interval and basis."""
+    return f"A: {cmp.run_a} — {step_text(cmp.step_a)}\nB: {cmp.run_b} — {step_text(cmp.step_b)}"
+
+
+def compare_warnings(cmp: RunComparison) -> list[str]:
+    """One line each; the CLI prints them on stderr."""
+    change = cmp.model_change
+    if change is None:
+        return []
+    return [f"the runs profiled different model files: A {change.file_a} (sha256 {change.sha256_a[:12]}…), "
+            f"B {change.file_b} (sha256 {change.sha256_b[:12]}…); the differences below include the code change"]
 
 
 def _status(row: Any) -> str:
@@ -95,7 +114,7 @@ def context_table(cmp: RunComparison) -> Table:
 def recommendation_table(cmp: RunComparison) -> Table:
     table = Table(title="Run A's recommendations: estimated vs observed", title_justify="left",
                   header_style="bold", caption="ops scope: time of the ops the rule named (a replacement op "
-                  "appears under new hotspots); run scope: median step time", caption_justify="left")
+                  "appears under new hotspots); run scope: each run's step time", caption_justify="left")
     for col, justify in (("rule", "left"), ("scope", "left"), ("est. gain", "right"), ("before", "right"),
                          ("after", "right"), ("observed gain", "right")):
         table.add_column(col, justify=justify)
@@ -108,7 +127,7 @@ def recommendation_table(cmp: RunComparison) -> Table:
 
 def compare_renderables(cmp: RunComparison, top: int) -> list:
     """What `advisor compare` prints, in order (empty sections left out)."""
-    out: list = [Text(f"A: {cmp.run_a}\nB: {cmp.run_b}"), Text(headline(cmp), style="bold")]
+    out: list = [Text(runs_text(cmp)), Text(headline(cmp), style="bold")]
     if cmp.context_changes:
         out.append(context_table(cmp))
     out.append(op_delta_table(cmp.ops, top, f"Largest changes in device time per step (top {top})"))
@@ -137,11 +156,18 @@ def _clean(obj: Any) -> Any:
     return obj.item() if hasattr(obj, "item") else obj
 
 
+def _step_json(step) -> dict | None:
+    return None if step is None else {**step.to_json(), "basis": step.basis()}
+
+
 def compare_json(cmp: RunComparison, top: int) -> str:
     outcomes = None if cmp.recommendations is None else [
         {**asdict(o), "observed_gain_s": o.observed_gain_s} for o in cmp.recommendations]
     doc = {"run_a": cmp.run_a, "run_b": cmp.run_b, "step_a_s": cmp.step_a_s, "step_b_s": cmp.step_b_s,
+           "step_a": _step_json(cmp.step_a), "step_b": _step_json(cmp.step_b), "step_verdict": cmp.step_verdict,
            "step_ratio": cmp.step_ratio, "speedup": cmp.speedup,
+           "model_change": None if cmp.model_change is None else asdict(cmp.model_change),
+           "warnings": compare_warnings(cmp),
            "device_per_step_a_s": cmp.device_per_step_a_s, "device_per_step_b_s": cmp.device_per_step_b_s,
            "context_changes": [asdict(c) for c in cmp.context_changes],
            "ops": _records(cmp.ops, top), "ops_total": len(cmp.ops),

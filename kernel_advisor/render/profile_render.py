@@ -1,15 +1,20 @@
-"""The profile's hotspot table, summary line and JSON."""
+"""The profile's hotspot table, summary line, warnings and JSON."""
 from __future__ import annotations
 
-import statistics
+from typing import Any, Mapping
 
 import pandas as pd
 from rich.table import Table
 from rich.text import Text
 
 from kernel_advisor.collect.rundir import SCHEMA_VERSION
+from kernel_advisor.collect.step_time import overhead_of, steady_state_of, steady_state_warning, step_time_of
 from kernel_advisor.records.base import json_text
+from kernel_advisor.render.step_render import overhead_text, step_text
 from kernel_advisor.render.units import fmt_frac_pct, fmt_pct, fmt_si, fmt_time_s, shorten
+
+MODELLED_WARN_PCT = 90.0  # below this share of device time modelled, profile and import warn
+UNMODELLED_NAMED = 3  # unmodelled ops the warning names, largest first
 
 VERDICT_STYLE = {"compute-bound": "green", "memory-bound": "cyan", "under-occupied": "blue", "latency-bound": "yellow",
                  "host-bound": "magenta", "unknown": "dim"}
@@ -69,24 +74,71 @@ def _dtype(dtypes) -> str:
 
 
 def summary_line(meta: dict, run_dir) -> str:
-    walls = meta.get("step_wall_s") or []
-    step = fmt_time_s(statistics.median(walls)) if walls else "–"
-    parts = [f"step {step} (median of {len(walls)})",
-             f"device busy {fmt_frac_pct(meta.get('device_busy_frac'))}"]
+    parts = [step_text(step_time_of(meta)), f"device busy {fmt_frac_pct(meta.get('device_busy_frac'))}"]
     cov = meta.get("coverage") or {}
     if "modelled_time_pct" in cov:
         parts.append(f"{fmt_pct(cov['modelled_time_pct'], 0)} of device time modelled")
     ceil = meta.get("ceilings") or {}
     if ceil.get("source"):
         parts.append(f"ceilings: {ceil['source']}")
-    ratio = meta.get("profiler_overhead_ratio")
-    if ratio:
-        parts.append(f"profiler overhead {ratio:.2f}×")
+    overhead = overhead_of(meta)
+    if overhead is not None:
+        parts.append(f"profiler overhead {overhead_text(overhead)}")
     parts.append(f"trace: {run_dir}/trace.json.gz (opens in Perfetto)")
     return " · ".join(parts)
+
+
+def run_warnings(meta: Mapping[str, Any]) -> list[str]:
+    """One line per thing about the run a reader must know before trusting its numbers."""
+    lines = [steady_state_warning(steady_state_of(meta)), step_markers_warning(meta)]
+    shapes = shapes_warning(meta)
+    lines.append(shapes if shapes else coverage_warning(meta))  # no shapes: the shapes line says why
+    return [line for line in lines if line]
+
+
+def step_markers_warning(meta: Mapping[str, Any]) -> str | None:
+    """An imported trace with no ProfilerStep markers: per-step figures are whole-trace figures."""
+    if meta.get("source") != "import" or meta.get("step_markers") or "step_markers" not in meta:
+        return None
+    given = (meta.get("args") or {}).get("steps")
+    if given:
+        return (f"the trace has no ProfilerStep markers: it is taken as {given} steps (--steps {given}), so "
+                f"per-step calls and times are whole-trace totals / {given}")
+    return ("the trace has no ProfilerStep markers: per-op calls and times are totals over the whole trace; "
+            "pass --steps N (the steps it covers), or record with a torch.profiler schedule and call "
+            "prof.step() after every step")
+
+
+def shapes_warning(meta: Mapping[str, Any]) -> str | None:
+    if meta.get("shapes_recorded") is not False:
+        return None
+    return ("the trace recorded no input shapes, so no op could be costed (0 % of device time modelled): "
+            "record it with torch.profiler.profile(record_shapes=True, schedule=torch.profiler.schedule("
+            "wait=1, warmup=1, active=5), on_trace_ready=...) and call prof.step() after every step")
+
+
+def coverage_warning(meta: Mapping[str, Any], limit_pct: float = MODELLED_WARN_PCT) -> str | None:
+    """Under `limit_pct` of device time modelled: name the largest unmodelled ops."""
+    cov = meta.get("coverage") or {}
+    pct = cov.get("modelled_time_pct")
+    if not isinstance(pct, (int, float)) or pct >= limit_pct:
+        return None
+    unmodelled = [u for u in cov.get("unmodelled") or [] if isinstance(u, Mapping)]
+    total_s = float(meta.get("total_device_time_s") or 0.0)
+    named = ", ".join(f"{u.get('name')} ({fmt_pct(_share_pct(u.get('device_time_s'), total_s), 0)})"
+                      for u in unmodelled[:UNMODELLED_NAMED])
+    more = len(unmodelled) - UNMODELLED_NAMED
+    named += f", +{more} more" if more > 0 else ""
+    return (f"only {fmt_pct(pct, 0)} of device time is modelled (below {limit_pct:g} %): no FLOPs, bytes or "
+            f"roofline for {named}, so no verdict or gain estimate either")
+
+
+def _share_pct(time_s: Any, total_s: float) -> float | None:
+    return 100.0 * float(time_s) / total_s if isinstance(time_s, (int, float)) and total_s > 0 else None
 
 
 def profile_json(meta: dict, ops: pd.DataFrame, run_dir, top: int) -> str:
     """`profile --json` / `import --json`: strict JSON (no NaN) with the run schema's version."""
     hot = ops.head(top).to_dict(orient="records")
-    return json_text({"run_dir": str(run_dir), "run": meta, "hotspots": hot}, SCHEMA_VERSION)
+    return json_text({"run_dir": str(run_dir), "run": meta, "hotspots": hot, "warnings": run_warnings(meta)},
+                     SCHEMA_VERSION)

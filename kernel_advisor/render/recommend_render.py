@@ -91,7 +91,7 @@ def report_to_dict(report: Report, run_dir: str | None = None) -> dict[str, Any]
         "run": {"dir": run_dir, "model": ctx.model_file, "device": ctx.device_name,
                 "device_type": ctx.device_type, "capability": ctx.capability, "steps": ctx.steps,
                 "settings": dict(ctx.settings)},
-        "step_s": ctx.step_s,
+        "step_s": ctx.step_s, "step_basis": ctx.step_basis,
         "total_estimated_gain_per_step_s": report.total_saving_per_step_s,
         "total_estimated_gain_frac": _frac(report.total_saving_pct),
         "row_gain_per_step_s": dict(report.row_saving_per_step_s),
@@ -125,8 +125,14 @@ def _where(f: Finding) -> str:
 
 def _total_line(report: Report) -> str:
     return (f"Total if all are applied: {_ms(report.total_saving_per_step_s)} ms per step "
-            f"({_pct(report.total_saving_pct)} % of a {report.ctx.step_s * 1e3:.3f} ms step); "
+            f"({_pct(report.total_saving_pct)} % of the step: {_step(report)}); "
             "savings on the same op are counted once (Amdahl).")
+
+
+def _step(report: Report) -> str:
+    """"367.000 ms, median of 10 unprofiled steps": every "% step" divides by this."""
+    basis = f", {report.ctx.step_basis}" if report.ctx.step_basis else ""
+    return f"{report.ctx.step_s * 1e3:.3f} ms{basis}"
 
 
 def findings_table(report: Report) -> Table:
@@ -176,7 +182,7 @@ def _md_cell(text: str) -> str:
 def render_markdown(report: Report) -> str:
     lines = ["# kernel_advisor recommendations", "",
              f"Device: {report.ctx.device_name or report.ctx.device_type}; model: {report.ctx.model_file}; "
-             f"step {report.ctx.step_s * 1e3:.3f} ms.", "",
+             f"step {_step(report)}.", "",
              "| # | saves ms/step | % step | rung | finding | where | rule |", "|---|---|---|---|---|---|---|"]
     for f in report.findings:
         lines.append(f"| {f.rank} | {_ms(f.saving_per_step_s)} | {_pct(f.saving_pct)} | {f.tier} | "

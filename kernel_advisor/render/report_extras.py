@@ -12,7 +12,8 @@ import pandas as pd
 
 from kernel_advisor.analyze.run_extras import TryKernelResults
 from kernel_advisor.records.recommendations import Measured, RecommendationEntry as Recommendation
-from kernel_advisor.render.report_sections import fmt_field, kv_table, median_or_none, missing, num_cell
+from kernel_advisor.collect.step_time import step_time_of
+from kernel_advisor.render.report_sections import fmt_field, kv_table, missing, num_cell
 from kernel_advisor.render.report_template import Html, h, join
 from kernel_advisor.render.units import fmt_frac_pct, fmt_si, fmt_time_s
 
@@ -112,7 +113,8 @@ def recommendations_section(recs: tuple[Recommendation, ...] | None, ops: pd.Dat
         note = "`advisor recommend` found nothing worth recommending in this run."
         return h("section", title, h("p", note, class_="note"), id="recommendations")
     names = dict(zip(ops["row_id"].astype(int), ops["name"].astype(str))) if "row_id" in ops else {}
-    step_s = median_or_none(meta.get("unprofiled_step_wall_s")) or median_or_none(meta.get("step_wall_s"))
+    step = step_time_of(meta)
+    step_s = step.value_s if step is not None else None
     intro = f"{len(recs)} recommendation(s), in the order `advisor recommend` ranked them."
     cards = [_recommendation_card(r, names, step_s) for r in recs]
     rest = cards[CARDS_SHOWN:]

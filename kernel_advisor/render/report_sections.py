@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from typing import Any, Mapping
 
 import pandas as pd
 
 from kernel_advisor.analyze.roofline import VERDICTS
+from kernel_advisor.collect.step_time import overhead_of, step_time_of
+from kernel_advisor.render.profile_render import run_warnings
 from kernel_advisor.render.report_template import Html, h, join
+from kernel_advisor.render.step_render import overhead_text, step_value_text
 from kernel_advisor.render.units import fmt_frac_pct, fmt_pct, fmt_si, fmt_time_s, shorten
 
 _VERDICT_VARS = {"compute-bound": "--compute", "memory-bound": "--memory", "under-occupied": "--occupancy",
@@ -82,11 +84,6 @@ def _steps(meta: Mapping[str, Any]) -> int:
     return max(int(meta.get("steps") or 1), 1)
 
 
-def median_or_none(values: Any) -> float | None:
-    vals = [float(v) for v in values or [] if isinstance(v, (int, float))]
-    return statistics.median(vals) if vals else None
-
-
 # ---------------------------------------------------------------- summary
 
 
@@ -111,27 +108,26 @@ def _class_bar(split: dict[str, float]) -> Html:
 
 
 def summary_section(meta: Mapping[str, Any], ops: pd.DataFrame) -> Html:
-    steps, walls = _steps(meta), meta.get("step_wall_s") or []
+    steps, step = _steps(meta), step_time_of(meta)
     # NB: an op faster than its roofline (L2 reuse, a cost model that overcounts) has negative
     # headroom; it frees no time for the others, so only positive headroom is summed.
     headroom = ops["headroom_s"].where(ops["headroom_s"] > 0).sum() / steps if "headroom_s" in ops else None
     figures = [
-        _figure(f"step time (median of {len(walls)} profiled)", fmt_time_s(median_or_none(walls))),
-        _figure("step time without profiler", fmt_time_s(median_or_none(meta.get("unprofiled_step_wall_s")))),
+        _figure(f"step time ({step.basis() if step else 'no step times'})", step_value_text(step)),
         _figure("device time per step", fmt_time_s(float(ops["device_time_s"].sum()) / steps)),
         _figure("device busy", fmt_frac_pct(meta.get("device_busy_frac"))),
         _figure("device time modelled", fmt_pct((meta.get("coverage") or {}).get("modelled_time_pct"))),
         _figure("time above roofline per step", fmt_time_s(headroom)),
         _figure("peak memory", fmt_si(meta.get("peak_memory_bytes"), "B")),
-        _figure("profiler overhead", f"{meta['profiler_overhead_ratio']:.2f}×"
-                if isinstance(meta.get("profiler_overhead_ratio"), (int, float)) else "–"),
+        _figure("profiler overhead (profiled / unprofiled median)", overhead_text(overhead_of(meta))),
     ]
     model, args = meta.get("model") or {}, meta.get("args") or {}
     details = {"model file": model.get("file"), "source": meta.get("source"), "created": meta.get("created"),
                "mode": args.get("mode"), "dtype": args.get("dtype"), "steps (warmup)":
                f"{meta.get('steps')} ({args.get('warmup', '–')})", **(meta.get("versions") or {})}
     settings = meta.get("settings") or {}
-    return h("section", h("h2", "Summary"), h("div", figures, class_="figures"),
+    warnings = [h("p", f"warning: {line}", class_="note") for line in run_warnings(meta)]
+    return h("section", h("h2", "Summary"), h("div", figures, class_="figures"), warnings,
              h("h3", "Device time per step by class", style="margin-top:16px"),
              _class_bar(time_by_verdict(ops, steps)),
              h("div", h("div", h("h3", "Run"), kv_table(details)),

@@ -1,0 +1,37 @@
+"""The step time and the profiler overhead as people read them, the same words in every command."""
+from __future__ import annotations
+
+from kernel_advisor.collect.step_time import Ratio, StepTime
+from kernel_advisor.render.units import fmt_time_s
+
+
+def interval_text(step: StepTime) -> str:
+    """"[360.00 ms–372.00 ms, 94 % CI]", or "" when the step time has no interval."""
+    if not step.has_interval():
+        return ""
+    conf = f", {100 * step.confidence:.0f} % CI" if step.confidence is not None else ""
+    return f"[{fmt_time_s(step.low_s)}–{fmt_time_s(step.high_s)}{conf}]"
+
+
+def step_value_text(step: StepTime | None) -> str:
+    """"367.00 ms [360.00 ms–372.00 ms, 95 % CI]"; "–" without step times."""
+    if step is None:
+        return "–"
+    interval = interval_text(step)
+    return f"{fmt_time_s(step.value_s)} {interval}" if interval else fmt_time_s(step.value_s)
+
+
+def step_text(step: StepTime | None) -> str:
+    """"step 367.00 ms [… CI], median of 10 unprofiled steps": the figure and what it is."""
+    if step is None:
+        return "step –"
+    return f"step {step_value_text(step)}, {step.basis()}"
+
+
+def overhead_text(ratio: Ratio | None) -> str:
+    """"1.08× [1.02–1.15]"; "–" when the run timed no unprofiled steps."""
+    if ratio is None:
+        return "–"
+    if ratio.low is None or ratio.high is None:
+        return f"{ratio.value:.2f}×"
+    return f"{ratio.value:.2f}× [{ratio.low:.2f}–{ratio.high:.2f}]"
