@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_advisor.recommend.calibration import ActionScale, calibrated, load_calibration
+from kernel_advisor.recommend.calibration import (CALIBRATION_FILE, ENV, ActionScale, active_calibration,
+                                                  calibrated, load_calibration)
 from kernel_advisor.recommend.gain import GainEstimate
 
 TABLE = {"cuda": {"compile": ActionScale(2.5, 7), "compile:reduce-overhead": ActionScale(4.0, 3),
@@ -43,3 +44,17 @@ def test_shipped_calibration_loads():
     table = load_calibration()
     for rules in table.values():
         assert all(s.scale > 0 and s.n >= 3 for s in rules.values())
+
+
+def test_the_shipped_fit_is_in_force_unless_turned_off(monkeypatch, tmp_path):
+    monkeypatch.delenv(ENV, raising=False)
+    assert active_calibration() == load_calibration(CALIBRATION_FILE)
+    monkeypatch.setenv(ENV, "off")
+    assert active_calibration() == {}
+    other = tmp_path / "fit.yaml"
+    other.write_text("version: 2\ndevices:\n  cuda:\n    compile: {scale: 2.0, n: 5}\n")
+    monkeypatch.setenv(ENV, str(other))
+    assert active_calibration() == {"cuda": {"compile": ActionScale(2.0, 5)}}
+    # 0.1 ms claimed on a 1 ms op, × 2.0 from the named file → 0.2 ms
+    gain = calibrated(GainEstimate(0.1e-3, {"3": 0.1e-3}, "x"), "compile", "cuda", {3: 1e-3})
+    assert gain.saving_per_step_s == pytest.approx(0.2e-3)

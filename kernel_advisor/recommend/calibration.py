@@ -10,6 +10,7 @@ fit came from; docs/benchmarks.md shows predicted against measured before and af
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -20,6 +21,7 @@ from kernel_advisor.recommend.gain import GainEstimate
 
 CALIBRATION_FILE = Path(__file__).resolve().parents[1] / "data" / "gain_calibration.yaml"
 PSEUDO_ROW_PREFIX = ("host-gaps", "exposed-comm")  # savings not bounded by one op's time
+ENV = "ADVISOR_GAIN_CALIBRATION"  # "off": the gain model's own estimates; a path: another fit
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,14 @@ def load_calibration(path: Path = CALIBRATION_FILE) -> Mapping[str, Mapping[str,
             for device, actions in (doc.get("devices") or {}).items()}
 
 
+def active_calibration() -> Mapping[str, Mapping[str, ActionScale]]:
+    """The scales in force: the shipped fit, another file named by $ADVISOR_GAIN_CALIBRATION, or none ("off")."""
+    setting = os.environ.get(ENV, "").strip()
+    if setting.lower() == "off":
+        return {}
+    return load_calibration(Path(setting) if setting else CALIBRATION_FILE)
+
+
 def action_family(action: str) -> str:
     """The key an action's scale is fitted under: bundled kernels share one."""
     return "kernel" if action.startswith("kernel:") else action
@@ -46,7 +56,7 @@ def action_family(action: str) -> str:
 def calibrated(gain: GainEstimate, action: str, device_type: str, row_time_per_step_s: Mapping[int, float],
                table: Mapping[str, Mapping[str, ActionScale]] | None = None) -> GainEstimate:
     """`gain` scaled by its action's fitted factor on this device type; each op's saving stays below its time."""
-    fit = (load_calibration() if table is None else table).get(device_type, {}).get(action_family(action))
+    fit = (active_calibration() if table is None else table).get(device_type, {}).get(action_family(action))
     if fit is None or gain.saving_per_step_s is None or fit.scale == 1.0:
         return gain
     rows = {}
