@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 import traceback
+from enum import Enum
 from typing import Annotated, Callable, TypeVar
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from reference_kernels.errors import KernelInputError, KernelUnavailableError
 
@@ -18,7 +20,30 @@ from kernel_advisor.errors import (EXIT_CODE_HELP, AdvisorError, EnvironmentCapa
 F = TypeVar("F", bound=Callable)
 # Newer typer vendors its own click; take the classes from typer's own exceptions.
 UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+BadParameter = typer.BadParameter
 ClickExit = typer.Exit
+# What a flag given a value looks like: `--json true` (the flag takes none).
+_FLAG_VALUES = {"true", "false", "yes", "no", "on", "off", "1", "0"}
+
+
+def _flags_show_no_type(params: list) -> list:
+    """Flags take no value, so their help row shows no type.
+
+    Typer's rich help gives every option a type column, flags included (`--json <bool>`),
+    which reads as if `--json true` were the way to pass it. An empty metavar is what that
+    column shows instead.
+    """
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+class AdvisorCommand(TyperCommand):
+    """A command whose flags (--json, --help, …) show no `<bool>` type in --help."""
+
+    def get_params(self, ctx):
+        return _flags_show_no_type(super().get_params(ctx))
 
 
 class AdvisorGroup(TyperGroup):
@@ -26,7 +51,7 @@ class AdvisorGroup(TyperGroup):
 
     Click reports usage errors as a multi-line panel with exit code 2; ours is 1 (bad input),
     2 being the environment, and the same `advisor: error: <problem> — <fix>` line as every
-    other error.
+    other error. A group called with nothing after it prints its help and exits 0, as --help does.
     """
 
     def __init__(self, *args, **kwargs) -> None:
@@ -34,6 +59,9 @@ class AdvisorGroup(TyperGroup):
         for command in self.commands.values():
             if not command.epilog:
                 command.epilog = EXIT_CODE_HELP
+
+    def get_params(self, ctx):
+        return _flags_show_no_type(super().get_params(ctx))
 
     def make_context(self, *args, **kwargs):
         try:
@@ -49,17 +77,53 @@ class AdvisorGroup(TyperGroup):
 
 
 def _usage_error(e: Exception) -> None:
-    if type(e).__name__ == "NoArgsIsHelpError":  # `advisor` with nothing after it: the help, exit 1
-        e.exit_code = ExitCode.USER_INPUT  # type: ignore[attr-defined]
+    if type(e).__name__ == "NoArgsIsHelpError":
+        # `advisor` (or `advisor rules`) with nothing after it: the help is already on stdout,
+        # and asking for it is no error.
+        e.exit_code = int(ExitCode.OK)  # type: ignore[attr-defined]
         raise e
     ctx = getattr(e, "ctx", None)
     command = ctx.command_path if ctx is not None else "advisor"
-    fail(f"{e.format_message()} — see `{command} --help`", int(ExitCode.USER_INPUT))  # type: ignore[attr-defined]
+    fail(_usage_line(e, command), int(ExitCode.USER_INPUT))
+
+
+def _usage_line(e: Exception, command: str) -> str:
+    """One `<problem> — <fix>` line for a usage error, without the validator's own wording."""
+    message = e.format_message()  # type: ignore[attr-defined]
+    param = getattr(e, "param", None)
+    choices = _choices(param) if isinstance(e, BadParameter) else None
+    if choices:
+        # Typer's own wording is "Invalid value for '--dtype': Value error, 'float64' is not one
+        # of 'keep', 'float32', …." (pydantic's prefix, quotes, a stray full stop).
+        given = re.search(r"""('[^']*'|"[^"]*") is not one of""", message)
+        what = param.opts[0] if param.opts else param.name
+        return f"invalid {what} {given.group(1) if given else 'value'} — use one of {', '.join(choices)}"
+    message = message.replace("Value error, ", "")
+    extra = re.fullmatch(r"Got unexpected extra argument(?:s|\(s\))? \((.*)\)", message)
+    if extra and extra.group(1).lower() in _FLAG_VALUES:
+        return (f"unexpected argument '{extra.group(1)}': flags such as --json take no value — pass the "
+                f"flag alone to turn it on, leave it out to keep it off")
+    return f"{message} — see `{command} --help`"
+
+
+def _choices(param) -> list[str] | None:
+    descriptor = getattr(param, "type_descriptor", None)
+    choices = getattr(descriptor, "choices", None) if descriptor is not None else None
+    if not choices:
+        return None
+    return [str(c.value) if isinstance(c, Enum) else str(c) for c in choices]
+
+
+class AdvisorTyper(typer.Typer):
+    """A Typer whose commands are AdvisorCommands (see `_flags_show_no_type`)."""
+
+    def command(self, *args, cls=None, **kwargs):
+        return super().command(*args, cls=cls or AdvisorCommand, **kwargs)
 
 
 def new_typer(**kwargs) -> typer.Typer:
-    return typer.Typer(cls=AdvisorGroup, pretty_exceptions_enable=False,
-                       epilog=EXIT_CODE_HELP, **kwargs)
+    return AdvisorTyper(cls=AdvisorGroup, pretty_exceptions_enable=False,
+                        epilog=EXIT_CODE_HELP, **kwargs)
 
 
 app = new_typer(
@@ -121,10 +185,10 @@ def guarded(fn: F) -> F:
             fail(ours.one_line(), int(ours.exit_code))
         except KeyboardInterrupt:
             fail("interrupted — nothing partial was kept; the last complete run is unchanged", 130)
-        except Exception as e:  # noqa: BLE001 - the last line of defence is the point
+        except BaseException as e:  # noqa: BLE001 - the last line of defence: SystemExit, GeneratorExit too
             if debug_enabled():
                 traceback.print_exc()
-            fail(f"internal error: {type(e).__name__}: {e} — rerun with --debug and report it",
-                 int(ExitCode.INTERNAL))
+            detail = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            fail(f"internal error: {detail} — rerun with --debug and report it", int(ExitCode.INTERNAL))
 
     return wrapper  # type: ignore[return-value]

@@ -2,23 +2,20 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kernel_advisor.hardware.calibrate import (
-    Calibration, calibrate, local_device_identity, read_calibration, resolve_device, write_cache,
-)
-from kernel_advisor.analyze.ceilings import (
-    Ceilings, cache_file, datasheet_ceilings, resolve_ceilings, spec_for,
-)
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
-from kernel_advisor.collect.rundir import write_error
 from kernel_advisor.render.units import fmt_frac_pct, fmt_si, fmt_time_s
 from kernel_advisor.records.base import json_text
+
+if TYPE_CHECKING:
+    from kernel_advisor.analyze.ceilings import Ceilings
+    from kernel_advisor.hardware.calibrate import Calibration
 
 CALIBRATE_JSON_VERSION = 1
 
@@ -30,6 +27,8 @@ class CalibrateDevice(str, Enum):
 
 
 def _measure(device_type: str, show_progress: bool) -> Calibration:
+    from kernel_advisor.hardware.calibrate import calibrate
+
     columns = (TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=console.err, transient=True,
@@ -74,6 +73,10 @@ def calibrate_cmd(
     force: Annotated[bool, typer.Option("--force", help="Measure again even when a cached calibration exists.")] = False,
 ) -> None:
     """Measure copy bandwidth and matmul FLOP/s per dtype; cache them for the roofline."""
+    from kernel_advisor.analyze.ceilings import cache_file, datasheet_ceilings, resolve_ceilings, spec_for
+    from kernel_advisor.collect.rundir import write_error
+    from kernel_advisor.hardware.calibrate import local_device_identity, read_calibration, resolve_device, write_cache
+
     device_type = resolve_device(device.value)
     identity = local_device_identity(device_type)
     path = cache_file(identity.name, identity.driver)

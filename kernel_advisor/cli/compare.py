@@ -6,13 +6,9 @@ from typing import Annotated
 
 import typer
 
-from kernel_advisor.analyze.compare import compare_runs
-from kernel_advisor.analyze.run_extras import load_recommendations
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
-from kernel_advisor.collect.rundir import load_run, resolve_run
 from kernel_advisor.errors import UserInputError
-from kernel_advisor.render.compare_render import compare_json, compare_renderables, compare_warnings
 
 
 @app.command("compare")
@@ -28,6 +24,11 @@ def compare_cmd(
     Ops are matched by name + input shapes + dtypes. When A has recommendations.json, each
     recommendation's estimated gain is set against what changed in B.
     """
+    from kernel_advisor.analyze.compare import compare_runs
+    from kernel_advisor.analyze.run_extras import load_recommendations
+    from kernel_advisor.collect.rundir import load_run, resolve_run
+    from kernel_advisor.render.compare_render import compare_json, compare_renderables, compare_warnings
+
     if top < 1:
         raise UserInputError(f"--top must be at least 1, got {top}", "pass --top 1 or more")
     dir_a, dir_b = resolve_run(run_a), resolve_run(run_b)

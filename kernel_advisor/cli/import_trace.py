@@ -9,10 +9,7 @@ import typer
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.cli.options import Mode
-from kernel_advisor.pipeline import import_to_run
-from kernel_advisor.collect.rundir import default_run_dir, load_run
 from kernel_advisor.errors import UserInputError
-from kernel_advisor.render.profile_render import hotspot_table, profile_json, run_warnings, summary_line
 
 
 @app.command("import")
@@ -28,6 +25,10 @@ def import_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")] = False,
 ) -> None:
     """Build a run from a trace captured elsewhere, without running any model."""
+    from kernel_advisor.collect.rundir import default_run_dir, load_run
+    from kernel_advisor.pipeline import import_to_run
+    from kernel_advisor.render.profile_render import hotspot_table, profile_json, run_warnings, summary_line
+
     if not trace.is_file():
         raise UserInputError(f"trace {trace} does not exist", "pass the .json or .json.gz that torch.profiler wrote")
     if steps is not None and steps < 1:

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import math
 from enum import Enum
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
-import torch
 import typer
 from rich.table import Table
 
@@ -15,7 +14,23 @@ from kernel_advisor.errors import CorrectnessError, EnvironmentCapabilityError
 from kernel_advisor.records.base import json_text
 
 KERNELS_JSON_VERSION = 2  # 2: an object with "kernels" (was a bare list), schema_version first
-from reference_kernels.registry import KernelSpec, all_kernels, get_kernel
+
+if TYPE_CHECKING:
+    from reference_kernels.registry import KernelSpec
+
+
+# The registry imports torch, which `advisor kernels --help` must not: it is looked up on use.
+def all_kernels() -> tuple[KernelSpec, ...]:
+    from reference_kernels import registry
+
+    return registry.all_kernels()
+
+
+def get_kernel(kernel_id: str) -> KernelSpec:
+    from reference_kernels import registry
+
+    return registry.get_kernel(kernel_id)
+
 
 kernels_app = new_typer(
     help="List the reference kernels (Triton, CUDA) with what they replace and whether they "
@@ -41,6 +56,8 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable
 
 def _device(choice: KernelDevice) -> str:
     if choice is KernelDevice.auto:
+        import torch
+
         return "cuda" if torch.cuda.is_available() else "cpu"
     return choice.value
 

@@ -2,26 +2,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from kernel_advisor.analyze.regions import region_view
 from kernel_advisor.cli import console
 from kernel_advisor.cli.options import AutocastOption, Device, DType, Mode, autocast_name
 from kernel_advisor.cli.app import app, guarded
-from kernel_advisor.collect.loader import load_model
-from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
-from kernel_advisor.pipeline import profile_to_run
-from kernel_advisor.collect.profiler import validate_counts
-from kernel_advisor.collect.rundir import default_run_dir, load_run
-from kernel_advisor.distributed.assemble import load_ranks_document
-from kernel_advisor.distributed.launch import DistributedRequest, profile_distributed
+from kernel_advisor.collect.counts import validate_counts
 from kernel_advisor.errors import UserInputError
-from kernel_advisor.render.dist_render import collective_table, distributed_json, distributed_line, rank_table
-from kernel_advisor.render.profile_render import hotspot_table, profile_json, region_table, run_warnings, summary_line
 
-
+if TYPE_CHECKING:
+    from kernel_advisor.distributed.launch import DistributedRequest
 
 
 @app.command("profile")
@@ -47,11 +39,20 @@ def profile_cmd(
     validate_counts(warmup, steps)
     if nproc_per_node != 1 or fsdp:
         _check_distributed_options(nproc_per_node, fsdp, mode, autocast_name(autocast))
+        from kernel_advisor.distributed.launch import DistributedRequest
+
         request = DistributedRequest(model=model, entry=entry, device=device.value, mode=mode.value,
                                      dtype=dtype.value, warmup=warmup, steps=steps, seed=seed,
                                      nproc_per_node=nproc_per_node, fsdp=fsdp)
         _profile_distributed(request, out, top, json_out)
         return
+    from kernel_advisor.analyze.regions import region_view
+    from kernel_advisor.collect.loader import load_model
+    from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
+    from kernel_advisor.collect.rundir import default_run_dir, load_run
+    from kernel_advisor.pipeline import profile_to_run
+    from kernel_advisor.render.profile_render import hotspot_table, profile_json, region_table, run_warnings, summary_line
+
     with mirror_user_nvtx():  # @nvtx.annotate decorators are applied when the file is imported
         loaded = load_model(model, entry=entry, device=device.value, dtype=dtype.value, seed=seed,
                             autocast=autocast_name(autocast))
@@ -91,6 +92,12 @@ def _check_distributed_options(nproc_per_node: int, fsdp: bool, mode: Mode, auto
 
 def _profile_distributed(request: DistributedRequest, out: Optional[Path], top: int, json_out: bool) -> None:
     """Launch the ranks, then show rank 0's hotspots, the per-rank table and the collectives."""
+    from kernel_advisor.collect.rundir import default_run_dir, load_run
+    from kernel_advisor.distributed.assemble import load_ranks_document
+    from kernel_advisor.distributed.launch import profile_distributed
+    from kernel_advisor.render.dist_render import collective_table, distributed_json, distributed_line, rank_table
+    from kernel_advisor.render.profile_render import hotspot_table, run_warnings, summary_line
+
     run_dir = out if out is not None else default_run_dir(request.model.stem)
     progress, report = console.step_progress(enabled=not json_out)
     with progress:

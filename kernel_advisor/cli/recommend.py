@@ -5,21 +5,17 @@ import json
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
-import torch
 import typer
-from kernel_advisor.analyze.regions import region_view
+
 from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.cli.console import out
-from kernel_advisor.collect.rundir import load_run, resolve_run
 from kernel_advisor.errors import GateExceeded, UserInputError
-from kernel_advisor.recommend.explain import CompileReport, check_compile
-from kernel_advisor.render.recommend_render import render_markdown, render_table
-from kernel_advisor.api import recommendations_document, save_recommendations
-from kernel_advisor.recommend.report import Report
-from kernel_advisor.cli.measure import MeasureArgs, check_args, measure_and_render
 
+if TYPE_CHECKING:
+    from kernel_advisor.recommend.explain import CompileReport
+    from kernel_advisor.recommend.report import Report
 
 
 class OutputFormat(str, Enum):
@@ -29,6 +25,10 @@ class OutputFormat(str, Enum):
 
 
 def _compile_check(meta: dict) -> CompileReport:
+    import torch
+
+    from kernel_advisor.recommend.explain import check_compile
+
     model = meta.get("model") or {}
     file = model.get("file")
     if not file or not Path(file).is_file():
@@ -41,6 +41,8 @@ def _compile_check(meta: dict) -> CompileReport:
 
 
 def _emit(report: Report, doc: dict, fmt: OutputFormat) -> None:
+    from kernel_advisor.render.recommend_render import render_markdown, render_table
+
     if fmt is OutputFormat.json:
         sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     elif fmt is OutputFormat.markdown:
@@ -83,6 +85,11 @@ def recommend_command(
         "--region", help="Only ops inside this NVTX / record_function region (name or glob); gains stay % of the whole step; not saved to recommendations.json.")] = None,
 ) -> None:
     """Rank what to do about the hotspots of a profiled run: library, torch.compile, Triton, CUDA, or leave it."""
+    from kernel_advisor.analyze.regions import region_view
+    from kernel_advisor.api import recommendations_document, save_recommendations
+    from kernel_advisor.cli.measure import MeasureArgs, check_args, measure_and_render
+    from kernel_advisor.collect.rundir import load_run, resolve_run
+
     margs = MeasureArgs(measure=measure, top=top, budget_s=budget_s, also=tuple(also or ()), region=region)
     measuring = measure or bool(also) or budget_s is not None
     if measuring:

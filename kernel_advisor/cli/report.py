@@ -8,8 +8,9 @@ import typer
 
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
-from kernel_advisor.collect.rundir import load_run, resolve_run
-from kernel_advisor.render.html_report import DEFAULT_TOP, write_report
+
+# render.html_report's DEFAULT_TOP, which imports pandas: --help must not (tests/test_cli_startup.py checks they agree).
+DEFAULT_TOP = 50
 
 
 @app.command("report")
@@ -23,6 +24,9 @@ def report_cmd(
 
     Summary, ceilings, roofline, hotspots, regions, recommendations and try-kernel results.
     """
+    from kernel_advisor.collect.rundir import load_run, resolve_run
+    from kernel_advisor.render.html_report import write_report
+
     run_dir = resolve_run(run)
     out = output if output is not None else run_dir / "report.html"
     result = write_report(load_run(run_dir), out, top)

@@ -7,9 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from kernel_advisor.cli.app import app, guarded
-from kernel_advisor.collect.rundir import load_run, resolve_run
 from kernel_advisor.errors import UserInputError
-from kernel_advisor.render.roofline_chart import caption, chart_format, draw_roofline, roofline_data, write_chart
 
 
 @app.command("roofline")
@@ -19,6 +17,9 @@ def roofline_cmd(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Image to write, .png or .svg (default RUN/roofline.png).")] = None,
 ) -> None:
     """Draw the device's roofs and every modelled hotspot, log-log (needs matplotlib)."""
+    from kernel_advisor.collect.rundir import load_run, resolve_run
+    from kernel_advisor.render.roofline_chart import caption, chart_format, draw_roofline, roofline_data, write_chart
+
     run_dir = resolve_run(run)
     out = output if output is not None else run_dir / "roofline.png"
     fmt = chart_format(out.suffix)  # before any work: a wrong name fails fast

@@ -9,9 +9,6 @@ from rich.table import Table
 
 from kernel_advisor.cli.app import app, guarded, new_typer
 from kernel_advisor.cli.console import out
-from kernel_advisor.recommend.kernels import registry_kernels
-from kernel_advisor.recommend.ruleset import load_rules, rule_files
-from kernel_advisor.recommend.schema import TIERS
 
 rules_app = new_typer(help="List and check the recommendation rules (rules/*.yaml and your own).",
                       no_args_is_help=True)
@@ -19,6 +16,8 @@ app.add_typer(rules_app, name="rules")
 
 
 def _kernel_ids() -> set[str]:
+    from kernel_advisor.recommend.kernels import registry_kernels
+
     return {k.id for k in registry_kernels()}
 
 
@@ -29,6 +28,9 @@ def list_command(
         "--rules", help="Extra rule file or directory to include (repeatable).")] = None,
 ) -> None:
     """Every rule that `advisor recommend` would apply: id, tier, action, source file, title."""
+    from kernel_advisor.recommend.ruleset import load_rules
+    from kernel_advisor.recommend.schema import TIERS
+
     table = Table(title="Rules")
     for col in ("id", "tier", "action", "source"):
         table.add_column(col, no_wrap=True)
@@ -46,6 +48,8 @@ def validate_command(
     path: Annotated[Path, typer.Argument(help="A rule file, or a directory of .yaml rule files.")],
 ) -> None:
     """Check a rule file as `--rules` would load it (ids must not clash with the built-in rules)."""
+    from kernel_advisor.recommend.ruleset import load_rules, rule_files
+
     files = {str(f) for f in rule_files(path)}
     rules = load_rules([path], kernel_ids=_kernel_ids())
     count = sum(1 for r in rules if r.source in files)

@@ -13,13 +13,7 @@ import typer
 from kernel_advisor.cli import console
 from kernel_advisor.cli.options import AutocastOption, Device, DType, Mode, autocast_name
 from kernel_advisor.cli.app import app, guarded
-from kernel_advisor.collect.loader import load_model, resolve_device
 from kernel_advisor.errors import CorrectnessError, UserInputError
-from kernel_advisor.render.try_render import note_lines, try_table
-from kernel_advisor.trykernel.driver import run_try_kernel
-from kernel_advisor.trykernel.sets import TryOptions
-
-
 
 
 class CompileMode(str, Enum):
@@ -56,9 +50,15 @@ def try_kernel_cmd(
     _check_counts(draws, reps, warmup)
     if (impl is None) != (op is None):
         raise UserInputError("--impl and --op go together", "e.g. --impl my.py:softmax --op aten::_softmax")
+    from kernel_advisor.collect.loader import load_model, resolve_device
+
     dev = resolve_device(device.value)
     if dev.type == "cpu":
         _use_triton_interpreter()
+    # After TRITON_INTERPRET is set: Triton reads it when a kernel is decorated.
+    from kernel_advisor.trykernel.driver import run_try_kernel
+    from kernel_advisor.trykernel.sets import TryOptions
+
     loaded = load_model(model, entry=entry, device=dev.type, dtype=dtype.value, seed=seed,
                         autocast=autocast_name(autocast))
     options = TryOptions(mode=mode.value, draws=draws, reps=reps, warmup=warmup, compile=not no_compile,
@@ -97,6 +97,8 @@ def _check_counts(draws: int, reps: int, warmup: int) -> None:
 
 
 def _print(result, json_out: bool) -> None:
+    from kernel_advisor.render.try_render import note_lines, try_table
+
     if json_out:
         console.out.print_json(data=result.payload)
         return

@@ -10,7 +10,6 @@ import contextlib
 import resource
 import statistics
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -18,12 +17,13 @@ from typing import Any, Callable
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+from kernel_advisor.collect.counts import validate_counts
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
 from kernel_advisor.collect.nvtx_ranges import nvtx_range
+from kernel_advisor.collect.profiler_output import profiler_output_filtered, quietly
 from kernel_advisor.collect.runner import make_step, nonfinite_outputs
 from kernel_advisor.collect.step_time import SteadyState, time_until_steady
-from kernel_advisor.errors import UserInputError
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
@@ -79,13 +79,6 @@ def inductor_kernel_metadata():
         yield
 
 
-def validate_counts(warmup: int, steps: int) -> None:
-    if steps < 1:
-        raise UserInputError(f"--steps must be at least 1 (got {steps})", "use --steps 5, for example")
-    if warmup < 0:
-        raise UserInputError(f"--warmup cannot be negative (got {warmup})", "use --warmup 3, for example")
-
-
 def _synchronizer(dev: torch.device) -> Callable[[], None]:
     if dev.type == "cuda":
         return lambda: torch.cuda.synchronize(dev)
@@ -128,24 +121,23 @@ def _profiled_steps(step, steps: int, sync, trace_path: Path, dev: torch.device,
         activities.append(ProfilerActivity.CUDA)
     # The trace is exported from on_trace_ready: the profiler drops its events when the cycle ends.
     # That is also what torch warns about on every run; we export the one cycle we need, so the
-    # warning would only be noise on the user's stderr.
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
-        return _record(step, steps, sync, trace_path, activities, report)
+    # warning is filtered with kineto's start/stop lines (collect/profiler_output.py).
+    return _record(step, steps, sync, trace_path, activities, report)
 
 
 def _record(step, steps: int, sync, trace_path: Path, activities: list, report: Progress) -> list[float]:
     walls: list[float] = []
-    with profile(activities=activities, record_shapes=True,
-                 schedule=schedule(wait=0, warmup=1, active=steps),
-                 on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path))) as prof:
+    with quietly(profile(activities=activities, record_shapes=True,
+                         schedule=schedule(wait=0, warmup=1, active=steps),
+                         on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path)))) as prof:
         for i in range(steps + 1):  # step 0 is the profiler's own warm-up, discarded
             with nvtx_range(f"advisor/step#{i}"), record_function(f"advisor::step#{i}"):
                 wall = _one_timed(step, sync)
             if i > 0:
                 walls.append(wall)
                 report("profiling", i, steps)
-            prof.step()
+            with profiler_output_filtered():  # a cycle's end: stop, export the trace, start the next
+                prof.step()
     return walls
 
 

@@ -16,6 +16,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.collect.profiler_output import quietly
 from kernel_advisor.collect.runner import make_step
 from kernel_advisor.collect.rundir import load_run, resolve_run
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
@@ -65,7 +66,7 @@ def _same_file(recorded: str | None, path: Path) -> bool:
 def census_op_names(loaded: LoadedModel, mode: str) -> frozenset[str]:
     """Outermost ops of one step (as ops.csv names them), from torch.profiler's CPU events."""
     step = make_step(loaded, mode)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with quietly(profile(activities=[ProfilerActivity.CPU])) as prof:
         step()
     return frozenset(e.name for e in prof.events() if e.cpu_parent is None)
 

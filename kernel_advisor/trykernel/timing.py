@@ -20,6 +20,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from kernel_advisor.collect.nvtx_ranges import nvtx_range
+from kernel_advisor.collect.profiler_output import quietly
 
 BOOTSTRAP_SAMPLES = 2000
 CONFIDENCE = 0.95
@@ -141,7 +142,7 @@ def profiled_op_times(step: Callable[[], object], activate: Callable[[], Abstrac
     with activate():
         step()  # one untimed step: lazy initialisation stays out of the profile
         _sync(device)
-        with profile(activities=activities) as prof:
+        with quietly(profile(activities=activities)) as prof:
             for _ in range(steps):
                 step()
             _sync(device)
