@@ -19,6 +19,7 @@ from kernel_advisor.collect.attribute import Attribution, attribute
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.profiler import Capture, Progress, capture
 from kernel_advisor.collect.run_meta import FILES, import_meta, profile_meta
+from kernel_advisor.collect.runner import no_operator_error
 from kernel_advisor.collect.rundir import RunWriter, check_writable_target, write_error, write_json_atomic, write_table
 from kernel_advisor.collect.trace_reader import TraceData, read_trace
 from kernel_advisor.errors import UserInputError
@@ -49,6 +50,8 @@ def profile_to_run(loaded: LoadedModel, args: dict, out_dir: Path,
     with tempfile.TemporaryDirectory(prefix="advisor-") as work:
         cap = capture(loaded, args["mode"], args["warmup"], args["steps"], Path(work), progress)
         run = analyze_capture(loaded, args, cap)
+        if run.attr.ops.empty:  # an empty table would read as "0 s, 100 % modelled", and become latest
+            raise no_operator_error(loaded, args["mode"])
         return _write_run(out_dir, run.attr, run.ops, run.meta, cap.trace_path), run.meta
 
 
@@ -69,7 +72,8 @@ def import_to_run(trace_path: Path, args: dict, out_dir: Path) -> tuple[Path, di
 
 
 def _write_run(out_dir: Path, attr: Attribution, ops: pd.DataFrame, meta: dict, trace_src: Path) -> Path:
-    with RunWriter(out_dir) as tmp:
+    writer = RunWriter(out_dir)
+    with writer as tmp:
         write_table(tmp / FILES["ops"], ops)
         write_table(tmp / FILES["sequence"], attr.sequence)
         try:
@@ -77,7 +81,7 @@ def _write_run(out_dir: Path, attr: Attribution, ops: pd.DataFrame, meta: dict, 
         except OSError as e:  # read_trace has just read the source: this is the write (disk full)
             raise write_error(out_dir, e) from None
         write_json_atomic(tmp / "run.json", meta)
-    return out_dir
+    return writer.final  # a default name another run took meanwhile moved to the next free one
 
 
 def _copy_gzipped(src: Path, dst: Path) -> None:

@@ -4,16 +4,22 @@ import json
 import pandas as pd
 import pytest
 
-from kernel_advisor.collect.rundir import (SCHEMA_VERSION, RunWriter, load_run, resolve_run, set_latest,
-                                           write_json_atomic, write_table)
+from kernel_advisor.collect.rundir import (OPS_COLUMNS, SCHEMA_VERSION, SEQUENCE_COLUMNS, RunWriter, load_run,
+                                           resolve_run, set_latest, write_json_atomic, write_table)
 from kernel_advisor.errors import UserInputError
 
 
 def complete_run(path):
+    """A minimal run holding every column of the contract (collect columns only, not analysed)."""
+    ops = {c: [0] for c in OPS_COLUMNS} | {"name": ["aten::mm"], "kind": ["op"], "region": [""],
+                                            "input_shapes": [[[2, 3], [3, 4]]], "input_dtypes": [["float32"] * 2],
+                                            "input_strides": [[]], "concrete_inputs": [[]], "kernels": ["[]"]}
+    sequence = {c: [0] for c in SEQUENCE_COLUMNS} | {"name": ["aten::mm"], "region": [""],
+                                                     "input_shapes": [[[2, 3], [3, 4]]],
+                                                     "input_dtypes": [["float32"] * 2]}
     with RunWriter(path) as tmp:
-        write_table(tmp / "ops.csv", pd.DataFrame({"row_id": [0], "name": ["aten::mm"],
-                                                    "input_shapes": [[[2, 3], [3, 4]]], "kernels": ["[]"]}))
-        write_table(tmp / "sequence.csv", pd.DataFrame({"seq": [0], "name": ["aten::mm"]}))
+        write_table(tmp / "ops.csv", pd.DataFrame(ops))
+        write_table(tmp / "sequence.csv", pd.DataFrame(sequence))
         write_json_atomic(tmp / "run.json", {"schema_version": SCHEMA_VERSION})
     return path
 

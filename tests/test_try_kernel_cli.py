@@ -139,9 +139,12 @@ def write_run(home, model_path, share_pct):
     run.mkdir(parents=True)
     meta = {"schema_version": 1, "model": {"file": str(model_path), "sha256": file_sha256(model_path)}}
     (run / "run.json").write_text(json.dumps(meta))
-    (run / "ops.csv").write_text(f"row_id,name,share_pct\n0,aten::linear,{100 - share_pct}\n"
-                                 f"1,aten::softmax,{share_pct}\n")
-    (run / "sequence.csv").write_text("seq,name\n0,aten::linear\n1,aten::softmax\n")
+    # the columns every run has (collect/rundir.py OPS_COLUMNS, SEQUENCE_COLUMNS); try-kernel reads share_pct
+    (run / "ops.csv").write_text("row_id,name,kind,input_shapes,input_dtypes,calls,device_time_s,share_pct\n"
+                                 f"0,aten::linear,op,[],[],1,0.001,{100 - share_pct}\n"
+                                 f"1,aten::softmax,op,[],[],1,0.001,{share_pct}\n")
+    (run / "sequence.csv").write_text("seq,step,name,row_id,input_shapes,input_dtypes,device_time_s\n"
+                                      "0,0,aten::linear,0,[],[],0.001\n1,0,aten::softmax,1,[],[],0.001\n")
     (home / "runs" / "latest").write_text(run.name + "\n")
     return run
 

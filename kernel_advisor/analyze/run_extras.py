@@ -6,12 +6,12 @@ mapping per variant.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from kernel_advisor.errors import UserInputError
+from kernel_advisor.records.base import parse_json
 from kernel_advisor.records.recommendations import RecommendationEntry, RecommendationsRecord
 
 TRY_KERNEL_FILE = "try_kernel.json"
@@ -27,11 +27,7 @@ class TryKernelResults:
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserInputError(f"{path} is not valid JSON ({e})",
-                             "delete it and rerun the command that wrote it") from None
+    return parse_json(path, "delete it and rerun the command that wrote it")
 
 
 def load_recommendations(run_dir: Path) -> tuple[RecommendationEntry, ...] | None:

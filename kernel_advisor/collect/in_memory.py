@@ -6,7 +6,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from kernel_advisor.collect.loader import AUTOCAST_DTYPES, DTYPES, LoadedModel, _check_autocast, resolve_device
+from kernel_advisor.collect.loader import (AUTOCAST_DTYPES, DTYPES, LoadedModel, _check_autocast,
+                                          check_no_meta_inputs, check_no_meta_model, resolve_device)
 from kernel_advisor.collect.tree import map_tensors, tensor_leaves
 from kernel_advisor.errors import UserInputError
 
@@ -27,6 +28,7 @@ def loaded_from_module(model: Any, inputs: Inputs, *, device: str = "auto", dtyp
     if not callable(model):
         raise UserInputError(f"the model is a {type(model).__name__}, not callable", "pass an nn.Module")
     dev, cast = resolve_device(device), DTYPES[dtype]
+    check_no_meta_model(model, type(model).__name__)
     draw = _drawer(inputs)
 
     def place(values: list) -> list:
@@ -60,4 +62,5 @@ def _checked(values: Any) -> list:
     if not isinstance(values, (list, tuple)) or not tensor_leaves(list(values)):
         raise UserInputError("inputs must be a list of tensors (or a function returning one)",
                              "pass inputs=[torch.randn(...)]")
+    check_no_meta_inputs(values, "profile()", "inputs")
     return list(values)

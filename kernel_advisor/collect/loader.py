@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
 import re
 import sys
 import traceback
@@ -150,6 +151,13 @@ def user_code_error(path: Path, doing: str, exc: BaseException, cast: torch.dtyp
     where = f"{path.name}:{frame.lineno} in {frame.name}" if frame else path.name
     msg = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
     fix = "fix the model file (rerun with --debug for the full traceback)"
+    if isinstance(exc, SystemExit):
+        # `sys.exit(0)` must not end the advisor with 0 and no output, nor `sys.exit(3)` with 3.
+        msg = f"SystemExit({exc.code!r}): the model's code exits the process"
+        fix = ("remove the sys.exit()/exit() call: the advisor calls the model's code, "
+               "and an exit would end it without a result")
+    elif not isinstance(exc, Exception):  # GeneratorExit and other BaseExceptions
+        msg = f"{msg} (a BaseException, not an Exception)"
     if isinstance(exc, ModuleNotFoundError):
         fix = f"install the missing module '{exc.name}' or remove the import"
     elif cast in AUTOCAST_DTYPES.values() and DTYPE_MISMATCH.search(str(exc)):
@@ -162,6 +170,41 @@ def user_code_error(path: Path, doing: str, exc: BaseException, cast: torch.dtyp
 def _innermost_user_frame(path: Path, exc: BaseException):
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]
     return frames[-1] if frames else None
+
+
+def code_site(path: Path, fn: Any) -> str:
+    """`file.py:LINE in NAME` for a function defined in the model file, else the file's name."""
+    try:
+        code = inspect.unwrap(fn).__code__
+    except (AttributeError, TypeError, ValueError):
+        return path.name
+    return f"{path.name}:{code.co_firstlineno} in {code.co_name}" if Path(code.co_filename) == path else path.name
+
+
+def check_no_meta_model(model: Any, where: str) -> None:
+    """Parameters and buffers on the meta device hold no data: refused before `.to(device)` fails."""
+    if not isinstance(model, torch.nn.Module):
+        return
+    named = [("parameter", n, t) for n, t in model.named_parameters()] + \
+            [("buffer", n, t) for n, t in model.named_buffers()]
+    meta = [(kind, name) for kind, name, t in named if t.is_meta]
+    if meta:
+        kind, name = meta[0]
+        more = f" (and {len(meta) - 1} more)" if len(meta) > 1 else ""
+        raise UserInputError(
+            f"{where}: the model's {kind} '{name}'{more} is on the meta device (a shape without data), "
+            "so it cannot run or be profiled",
+            "create the model on a real device (drop device='meta'), or materialise it with "
+            "model.to_empty(device='cpu') and initialise its weights before returning it")
+
+
+def check_no_meta_inputs(inputs: list, where: str, what: str) -> None:
+    meta = [p for p, t in tensor_leaves(list(inputs), "inputs") if t.is_meta]
+    if meta:
+        more = f" (and {len(meta) - 1} more)" if len(meta) > 1 else ""
+        raise UserInputError(f"{where}: a tensor from {what} is on the meta device ({meta[0]}{more}), "
+                             "a shape without data, so the model cannot run on it",
+                             "create the inputs with data, e.g. torch.randn(...) without device='meta'")
 
 
 def _entry_factory(module: ModuleType, path: Path, entry: str | None):
@@ -182,7 +225,7 @@ def _entry_function_factory(module: ModuleType, path: Path, entry: str):
             raise UserInputError(f"{path.name}: {entry}() must return (model, inputs)",
                                  f"return a pair: `return model, [x, ...]` from {entry}()")
         model, inputs = result
-        return model, _as_input_list(path, inputs, f"{entry}()")
+        return model, _as_input_list(path, inputs, f"{entry}()", code_site(path, fn))
 
     return factory
 
@@ -205,7 +248,7 @@ def _kernelbench_factory(module: ModuleType, path: Path):
             init = list(init) if isinstance(init, (list, tuple)) else [init]
             model = _call_user(path, "constructing Model", model_cls, *init)
         inputs = _call_user(path, "calling get_inputs()", get_inputs)
-        return model, _as_input_list(path, inputs, "get_inputs()")
+        return model, _as_input_list(path, inputs, "get_inputs()", code_site(path, get_inputs))
 
     return factory
 
@@ -227,7 +270,7 @@ def out_of_memory_error(doing: str) -> EnvironmentCapabilityError:
         "use smaller inputs in get_inputs() or --dtype bfloat16")
 
 
-def _as_input_list(path: Path, inputs: Any, what: str) -> list:
+def _as_input_list(path: Path, inputs: Any, what: str, where: str) -> list:
     if isinstance(inputs, torch.Tensor):
         inputs = [inputs]
     if not isinstance(inputs, (list, tuple)):
@@ -236,6 +279,7 @@ def _as_input_list(path: Path, inputs: Any, what: str) -> list:
     if not tensor_leaves(list(inputs)):
         raise UserInputError(f"{path.name}: {what} returned no tensors",
                              f"return at least one torch.Tensor from {what}")
+    check_no_meta_inputs(inputs, where, what)
     return list(inputs)
 
 
@@ -244,6 +288,7 @@ def _place_model(model: Any, dev: torch.device, cast: torch.dtype | None, path: 
         raise UserInputError(f"{path.name}: the model is a {type(model).__name__}, not callable",
                              "return an nn.Module (or a callable) as the model")
     if isinstance(model, torch.nn.Module):
+        check_no_meta_model(model, code_site(path, getattr(type(model), "__init__", None)))
         try:
             model = model.to(dev)
             if cast is not None:

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,23 @@ JSON_COLUMNS = ("input_shapes", "input_dtypes", "input_strides", "concrete_input
 REQUIRED_FILES = ("run.json", "ops.csv", "sequence.csv")
 # Columns every reader joins on; the full contract is in docs/architecture.md.
 KEY_COLUMNS = {"ops.csv": ("row_id", "name"), "sequence.csv": ("seq", "name")}
+# Columns the readers (recommend, report, roofline, compare, try-kernel) cannot do without,
+# each written since the first run of schema 1; the others in docs/architecture.md are
+# optional to readers (older runs of this schema lack first_seq and max_blocks).
+OPS_COLUMNS = ("row_id", "name", "kind", "input_shapes", "input_dtypes", "calls", "device_time_s", "share_pct")
+# What analyze adds, all in one version: all of them or (a table not analysed) none.
+ANALYSIS_COLUMNS = ("modelled", "flops", "bytes", "intensity", "compute_path", "peak_flops_per_s",
+                    "bandwidth_bytes_per_s", "roofline_s", "achieved_flops_per_s", "achieved_bytes_per_s",
+                    "efficiency_frac", "headroom_s", "verdict")
+SEQUENCE_COLUMNS = ("seq", "step", "name", "row_id", "input_shapes", "input_dtypes", "device_time_s")
+# run.json keys every writer sets, with the JSON types readers rely on (a missing key is
+# tolerated: readers fall back; a key of the wrong type is damage).
+_NUMBER = (int, float)
+META_TYPES: dict[str, tuple[type, ...]] = {
+    "steps": (int,), "args": (dict,), "model": (dict,), "device": (dict,), "settings": (dict,),
+    "files": (dict,), "step_wall_s": (list,), "unprofiled_step_wall_s": (list,),
+    "total_device_time_s": _NUMBER, "device_busy_s": _NUMBER,
+}
 # Columns that must hold numbers when present (a damaged cell turns the whole column into text).
 NUMERIC_COLUMNS = ("row_id", "calls", "device_time_s", "device_time_per_step_s", "mean_device_time_s",
                    "share_pct", "cpu_time_s", "kernel_count", "mean_kernel_s", "max_blocks", "first_seq",
@@ -48,31 +66,51 @@ class Run:
     sequence: pd.DataFrame
 
 
+# Names default_run_dir handed out in this process, each with the `<stem>-<time>` it counts
+# up from: nobody chose them, so when another run takes one first (two profiles of one model
+# finishing in the same second) the run goes to the next free `-N` name instead of failing.
+_DEFAULT_NAMES: dict[Path, Path] = {}
+_MAX_SUFFIX = 10_000
+
+
 def default_run_dir(model_stem: str) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = runs_root() / f"{model_stem}-{stamp}"
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
+    """`<runs>/<stem>-<time>`, or `-2`, `-3`, … when taken; RunWriter keeps it unique at rename time."""
+    base = runs_root() / f"{model_stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path = _free_name(base)
+    _DEFAULT_NAMES[path] = base
     return path
+
+
+def _free_name(base: Path) -> Path:
+    for n in range(1, _MAX_SUFFIX):
+        path = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        if not path.exists():
+            return path
+    raise UserInputError(f"{base.parent} already holds {_MAX_SUFFIX} runs named {base.name}-N",
+                         "pass --out, or remove old runs")
 
 
 class RunWriter:
     """`with RunWriter(final_dir) as tmp:` write into tmp; on success it becomes final_dir.
 
     On any exception (KeyboardInterrupt included) the partial directory is removed and
-    `latest` is left pointing at the last complete run.
+    `latest` is left pointing at the last complete run. A name from default_run_dir that
+    another run took meanwhile becomes the next free `-N` name; the rename itself is the
+    atomic test (rename(2) never replaces a non-empty directory), and `final` says where
+    the run went.
     """
 
     def __init__(self, final: Path, update_latest: bool = True) -> None:
         self.final = Path(final)
         self.update_latest = update_latest
-        self.tmp = self.final.with_name(f".{self.final.name}.partial-{os.getpid()}")
+        self.base = _DEFAULT_NAMES.get(self.final)  # None: a name the caller chose (--out)
+        # pid and a random part: two writers in one process (threads of the Python API) differ too
+        self.tmp = self.final.with_name(f".{self.final.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
     def __enter__(self) -> Path:
+        if self.base is not None:
+            self.final = _free_name(self.base)
         check_writable_target(self.final)
-        shutil.rmtree(self.tmp, ignore_errors=True)
         try:
             self.tmp.mkdir(parents=True)
         except OSError as e:
@@ -84,15 +122,31 @@ class RunWriter:
             shutil.rmtree(self.tmp, ignore_errors=True)
             return False
         try:
-            if self.final.exists():  # an empty directory the user named with --out
-                self.final.rmdir()
-            os.replace(self.tmp, self.final)
-        except OSError as e:  # e.g. another process created a non-empty directory there meanwhile
+            self._rename()
+        except BaseException as e:  # e.g. another process created a non-empty directory there meanwhile
             shutil.rmtree(self.tmp, ignore_errors=True)
-            raise write_error(self.final, e) from None
+            if isinstance(e, OSError):
+                raise write_error(self.final, e) from None
+            raise
         if self.update_latest:
             set_latest(self.final)
         return False
+
+    def _rename(self) -> None:
+        if self.base is None:
+            if self.final.exists():  # an empty directory the user named with --out
+                self.final.rmdir()
+            os.replace(self.tmp, self.final)
+            return
+        for _ in range(_MAX_SUFFIX):
+            try:
+                os.replace(self.tmp, self.final)
+                return
+            except OSError as e:
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+            self.final = _free_name(self.base)  # another run got there first
+        raise OSError(errno.EEXIST, "every name is taken", str(self.final))
 
 
 def write_error(path: Path, e: OSError) -> AdvisorError:
@@ -104,6 +158,8 @@ def write_error(path: Path, e: OSError) -> AdvisorError:
 
 
 def check_writable_target(final: Path) -> None:
+    if final in _DEFAULT_NAMES:
+        final = _free_name(_DEFAULT_NAMES[final])  # taken meanwhile: RunWriter moves to the next free name
     if final.exists() and (not final.is_dir() or any(final.iterdir())):
         raise UserInputError(f"output directory {final} already exists and is not empty",
                              "choose a new --out directory or remove the old one")
@@ -190,7 +246,12 @@ def read_table(path: Path) -> pd.DataFrame:
         raise ValueError(f"{path.name}: non-numeric values in {', '.join(damaged)}")
     for col in JSON_COLUMNS:
         if col in df.columns:
-            df[col] = [json.loads(v) if isinstance(v, str) else [] for v in df[col]]
+            try:
+                df[col] = [json.loads(v) if isinstance(v, str) else [] for v in df[col]]
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path.name}: a {col} cell is not JSON ({e})") from None
+            except RecursionError:
+                raise ValueError(f"{path.name}: a {col} cell is JSON nested too deeply to read") from None
     for col in ("name", "kind", "region", "kernel_file", "verdict", "compute_path"):
         if col in df.columns:
             df[col] = df[col].astype(object).fillna("").astype(str)  # an all-empty column reads as float NaN
@@ -244,24 +305,52 @@ def load_run(path: str | Path) -> Run:
     except (ValueError, pd.errors.ParserError) as e:
         raise UserInputError(f"{path} has a corrupted table: {e}",
                              "profile again to write a fresh run") from None
-    for name, table in (("ops.csv", ops), ("sequence.csv", sequence)):
-        missing = [c for c in KEY_COLUMNS[name] if c not in table.columns]
-        if missing:
-            raise UserInputError(f"{path / name} is not a run table (no {', '.join(missing)} column)",
-                                 "profile again to write a fresh run")
+    _check_table(path / "ops.csv", ops, OPS_COLUMNS)
+    _check_table(path / "sequence.csv", sequence, SEQUENCE_COLUMNS)
     return Run(path=path, meta=meta, ops=ops, sequence=sequence)
 
 
+def _check_table(path: Path, table: pd.DataFrame, columns: tuple[str, ...]) -> None:
+    """Every column the readers use, and at least one row: one line naming the file otherwise."""
+    fix = "profile again to write a fresh run"
+    missing = [c for c in KEY_COLUMNS[path.name] if c not in table.columns]
+    if missing:
+        raise UserInputError(f"{path} is not a run table (no {', '.join(missing)} column)", fix)
+    missing = [c for c in columns if c not in table.columns]
+    if path.name == "ops.csv":
+        analysed = [c for c in ANALYSIS_COLUMNS if c in table.columns]
+        if analysed:  # analysed: all of analyze's columns or none (docs/architecture.md)
+            missing += [c for c in ANALYSIS_COLUMNS if c not in table.columns]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise UserInputError(f"{path} is damaged: it lacks the column{'s' if len(missing) > 1 else ''} {shown}",
+                             fix)
+    if table.empty:
+        # profile and import refuse to write a run without ops: this one was emptied afterwards
+        raise UserInputError(f"{path} is damaged: it has a header but no rows", fix)
+
+
 def _load_meta(path: Path) -> dict:
+    fix = "profile again to write a fresh run"
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserInputError(f"{path} is corrupted ({e})", "profile again to write a fresh run") from None
+        raise UserInputError(f"{path} is corrupted ({e})", fix) from None
+    except RecursionError:  # `[[[[…]]]]` deeper than Python's parser can follow
+        raise UserInputError(f"{path} is corrupted (JSON nested too deeply to read)", fix) from None
     if not isinstance(meta, dict):
-        raise UserInputError(f"{path} is not a run.json object", "profile again to write a fresh run")
+        raise UserInputError(f"{path} is not a run.json object", fix)
     version = meta.get("schema_version")
     if version != SCHEMA_VERSION:
         raise UserInputError(
             f"{path.parent} was written with run schema {version}, this advisor reads schema {SCHEMA_VERSION}",
             "profile the model again with this version")
+    wrong = [k for k, types in META_TYPES.items()
+             if k in meta and (not isinstance(meta[k], types) or isinstance(meta[k], bool))]
+    wrong += [k for k in ("step_wall_s", "unprofiled_step_wall_s")
+              if k not in wrong and isinstance(meta.get(k), list) and not all(
+                  isinstance(v, _NUMBER) and not isinstance(v, bool) for v in meta[k])]
+    if wrong:
+        raise UserInputError(f"{path} is damaged: {', '.join(wrong)} {'has' if len(wrong) == 1 else 'have'} "
+                             "the wrong type", fix)
     return meta

@@ -1,12 +1,18 @@
-"""One step of the user's model: inference (no_grad forward) or train (forward + backward)."""
+"""One step of the user's model: inference (no_grad forward) or train (forward + backward).
+
+Whatever the user's code raises while a step runs, BaseException included (`sys.exit()` in
+forward, GeneratorExit, a custom autograd.Function's backward), is one UserInputError at their
+own frame; only KeyboardInterrupt passes through, for the CLI's Ctrl-C handling (exit 130).
+"""
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import Any, Callable
 
 import torch
 
-from kernel_advisor.collect.loader import LoadedModel, out_of_memory_error, user_code_error
+from kernel_advisor.collect.loader import LoadedModel, code_site, out_of_memory_error, user_code_error
 from kernel_advisor.collect.tree import tensor_leaves
 from kernel_advisor.errors import UserInputError
 
@@ -35,7 +41,9 @@ def make_step(loaded: LoadedModel, mode: str) -> Callable[[], Any]:
             loss.backward()
         except torch.OutOfMemoryError as e:
             raise out_of_memory_error("running backward") from e
-        except RuntimeError as e:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 - backward runs the model's own code too (autograd.Function)
             raise user_code_error(loaded.path, "running backward", e, loaded.dtype) from e
         return out
 
@@ -53,7 +61,9 @@ def _call_forward(loaded: LoadedModel, model, inputs):
         return model(*inputs)
     except torch.OutOfMemoryError as e:
         raise out_of_memory_error("running the forward pass") from e
-    except Exception as e:  # noqa: BLE001 - reported at the user's own frame
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - reported at the user's own frame, SystemExit included
         raise user_code_error(loaded.path, "running the forward pass", e, loaded.dtype) from e
 
 
@@ -62,7 +72,9 @@ def scalar_loss(loaded: LoadedModel, output: Any) -> torch.Tensor:
     if loaded.loss_fn is not None:
         try:
             loss = loaded.loss_fn(output)
-        except Exception as e:  # noqa: BLE001
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 - SystemExit included
             raise user_code_error(loaded.path, "calling loss_fn(output)", e, loaded.dtype) from e
     else:
         floats = [t for _, t in tensor_leaves(output) if t.is_floating_point() and t.requires_grad]
@@ -75,6 +87,27 @@ def scalar_loss(loaded: LoadedModel, output: Any) -> torch.Tensor:
         raise UserInputError(f"{loaded.path.name}: loss_fn must return a scalar tensor",
                              "return e.g. output.sum() or a loss value from loss_fn")
     return loss
+
+
+def no_operator_error(loaded: LoadedModel, mode: str) -> UserInputError:
+    """A forward that ran no operator in the profiled steps: an empty table is no answer.
+
+    Named at the forward's `def` when it is in the model file (`noop.py:6 in forward`).
+    """
+    where = code_site(loaded.path, _forward_function(loaded.model))
+    what = "the forward pass and backward" if mode == "train" else "the forward pass"
+    return UserInputError(
+        f"{where}: {what} ran no PyTorch operator in the profiled steps (the model returns without computing, "
+        "e.g. its input unchanged), so there is nothing to profile",
+        "make forward compute its output from the inputs with torch operations; no run was kept")
+
+
+def _forward_function(model: Any) -> Any:
+    if isinstance(model, torch.nn.Module):
+        return getattr(type(model), "forward", None)
+    if inspect.isfunction(model) or inspect.ismethod(model):  # --entry returning a plain function
+        return model
+    return getattr(type(model), "__call__", None)
 
 
 def nonfinite_outputs(output: Any) -> list[str]:

@@ -176,7 +176,8 @@ def profile_distributed(req: DistributedRequest, out_dir: Path,
     log_dir = Path(tempfile.mkdtemp(prefix="advisor-ranks-"))
     keep_logs = False
     try:
-        with RunWriter(out_dir) as run_tmp:
+        writer = RunWriter(out_dir)
+        with writer as run_tmp:
             settings_path = log_dir / "settings.json"
             _settings(req, device, run_tmp, log_dir).write(settings_path)
             code = run_ranks(torchrun_command(req.nproc_per_node, settings_path), child_env(dict(os.environ)),
@@ -186,7 +187,7 @@ def profile_distributed(req: DistributedRequest, out_dir: Path,
                 raise error
             check_ranks_complete(run_tmp, req.nproc_per_node)
             meta = assemble_run(run_tmp, req.nproc_per_node)
-        return out_dir, meta
+        return writer.final, meta  # a default name taken meanwhile moved to the next free one
     finally:
         if not keep_logs:
             shutil.rmtree(log_dir, ignore_errors=True)

@@ -18,10 +18,21 @@ class RecordError(UserInputError):
 
 
 def read_json(path: Path, rerun: str) -> Any:
+    return parse_json(Path(path), f"delete it and rerun {rerun}")
+
+
+def parse_json(path: Path, fix: str) -> Any:
+    """The JSON document in `path`, or one RecordError naming the file and `fix`.
+
+    Invalid JSON, bytes that are not UTF-8 and nesting deeper than Python's parser can follow
+    (a damaged or hostile file: `[[[[...]]]]` raises RecursionError) all say which file is bad.
+    """
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise RecordError(f"{path} is not valid JSON ({e})", f"delete it and rerun {rerun}") from None
+        raise RecordError(f"{path} is not valid JSON ({e})", fix) from None
+    except RecursionError:
+        raise RecordError(f"{path} is damaged (JSON nested too deeply to read)", fix) from None
 
 
 def check_record(doc: Any, path: Path | str, version: int, required: Iterable[str], rerun: str) -> Mapping:
