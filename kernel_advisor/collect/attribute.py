@@ -14,6 +14,14 @@ Rows group occurrences by name, input shapes and dtypes, and - when the caller p
 cost model's `cost_arguments` (analyze.costs; collect does not import analyze) - by every
 concrete argument the op's cost depends on (stride, padding, groups, dims, scale factors:
 the values its cost formula reads), so calls that cost differently never share a row.
+
+Backward work is kept apart from forward work: every occurrence carries the autograd node it
+ran under (`autograd_node`, the innermost `autograd::engine::evaluate_function: <Node>`
+scope), the forward op that node serves (`backward_of`: the node and the forward ops that
+created it carry the same profiler "Sequence number"), and whether it is the engine's own
+work rather than the node's formula (`autograd_internal`: gradients summed into the next
+node's input buffer, a gradient reduced to its input's shape, AccumulateGrad). Rows are split
+by all three, so a forward occurrence never shares a row with a backward one.
 """
 from __future__ import annotations
 
@@ -25,7 +33,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from kernel_advisor.collect.nesting import innermost_region, nest_ops, self_time_us
+from kernel_advisor.collect.nesting import innermost_marked, innermost_region, nest_ops, self_time_us
 from kernel_advisor.collect.trace_reader import TraceData
 from kernel_advisor.errors import UserInputError
 
@@ -47,6 +55,13 @@ GPU_KIND = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 # is missing the op owns nothing and its children get their own rows. aten::einsum's
 # equation (argument 0) decides its bmm shapes; FlopCounterMode counts those bmm calls too.
 PRICED_BY_CHILDREN = {"aten::einsum": 0}
+# The autograd engine runs each backward node inside a scope named NODE_SCOPE + node; the
+# node's own formula runs inside a child event named after the node. What runs in the scope
+# but outside that child is the engine's (InputBuffer accumulation, validate_outputs' sum_to),
+# and so is everything an ENGINE_NODES node does (AccumulateGrad adds into .grad).
+NODE_SCOPE = "autograd::engine::evaluate_function: "
+ENGINE_NODES = frozenset({"torch::autograd::AccumulateGrad"})
+AUTOGRAD_COLUMNS = ("backward_of", "autograd_node", "autograd_internal")
 # (name, input shapes, input dtypes, concrete inputs) -> the concrete arguments the cost
 # depends on: analyze.costs.cost_arguments.
 CostArguments = Callable[[str, list, list, list], Sequence]
@@ -64,6 +79,34 @@ class Attribution:
     # markers (one window spanning it all), the count the caller says it holds (import --steps).
     steps: int = 1
     step_markers: str = ""  # "advisor::step#N", "ProfilerStep#N", or "" (none: one whole-trace window)
+
+
+def op_label(name: str, backward_of: object = "", autograd_node: object = "",
+             autograd_internal: object = False) -> str:
+    """An op's name for people: "aten::sum (backward of aten::gru)" for backward work,
+    "aten::add_ (autograd engine in AddmmBackward0, backward of aten::gru)" for the engine's
+    own, the plain name for forward ops. Takes the columns as read back from CSV (NaN = "")."""
+    fwd, node = text_value(backward_of), text_value(autograd_node)
+    if not node and not fwd:
+        return name
+    if flag_value(autograd_internal):
+        if node in ENGINE_NODES:
+            return f"{name} (gradient accumulation: {node.rsplit('::', 1)[-1]})"
+        where = "" if name == node or name.startswith(NODE_SCOPE) else f" in {node}"  # the scope itself
+        return f"{name} (autograd engine{where}" + (f", backward of {fwd})" if fwd else ")")
+    return f"{name} (backward of {fwd})" if fwd else f"{name} (backward: {node})"
+
+
+def text_value(value: object) -> str:
+    """A text cell as read back from CSV: "" for missing (NaN)."""
+    return "" if value is None or (isinstance(value, float) and value != value) else str(value)
+
+
+def flag_value(value: object) -> bool:
+    """A bool cell as read back from CSV (bool, "True"/"False", NaN = not set)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1")
+    return bool(value) and bool(value == value)  # NaN: not set
 
 
 def is_recognised(name: str) -> bool:
@@ -124,7 +167,8 @@ def attribute(trace: TraceData, device_type: str,
     cpu = cpu[cpu["step"] >= 0].reset_index(drop=True)
     recognised = _per_unique(cpu["name"], is_recognised).to_numpy(bool) & ~_priced_by_children(cpu)
     parent, owner = nest_ops(cpu, recognised)
-    cpu = cpu.assign(owner=owner, region=innermost_region(cpu, trace.annotations, _is_step_name))
+    cpu = cpu.assign(owner=owner, region=innermost_region(cpu, trace.annotations, _is_step_name),
+                     **autograd_columns(cpu, parent, owner))
     if device_type == "cpu":
         occ, work = _cpu_work(cpu, parent)
     else:
@@ -158,6 +202,62 @@ def _recorded(concrete: list, pos: int) -> bool:
     return isinstance(value, str) and value.strip() not in ("", "None")
 
 
+def autograd_columns(cpu: pd.DataFrame, parent: np.ndarray, owner: np.ndarray) -> dict[str, np.ndarray]:
+    """Per CPU op: the backward node it ran under, the forward op that node serves, and
+    whether it is the engine's own work (see NODE_SCOPE). Forward ops get "", "", False."""
+    n = len(cpu)
+    node = np.full(n, "", dtype=object)
+    backward_of = np.full(n, "", dtype=object)
+    internal = np.zeros(n, dtype=bool)
+    names = cpu["name"].to_numpy(dtype=object)
+    is_scope = cpu["name"].astype(str).str.startswith(NODE_SCOPE).to_numpy(bool) if n else internal.copy()
+    if not is_scope.any():
+        return {"backward_of": backward_of, "autograd_node": node, "autograd_internal": internal}
+    scope_node = np.full(n, "", dtype=object)
+    scope_node[is_scope] = [str(x)[len(NODE_SCOPE):] for x in names[is_scope]]
+    # The node's own event: a direct child of its scope, named after the node.
+    is_apply = np.zeros(n, dtype=bool)
+    child = np.flatnonzero(parent >= 0)
+    is_apply[child] = is_scope[parent[child]] & (names[child] == scope_node[parent[child]])
+    scope = innermost_marked(parent, is_scope)
+    apply = innermost_marked(parent, is_apply)
+    inside = scope >= 0
+    node[inside] = scope_node[scope[inside]]
+    in_apply = inside & (apply >= 0) & (parent[np.clip(apply, 0, None)] == scope)
+    internal = inside & (~in_apply | np.isin(node, list(ENGINE_NODES)))
+    served = _forward_served(cpu, is_scope, is_apply, owner)
+    backward_of[inside] = served[scope[inside]]
+    return {"backward_of": backward_of, "autograd_node": node, "autograd_internal": internal}
+
+
+def _forward_served(cpu: pd.DataFrame, is_scope: np.ndarray, is_apply: np.ndarray,
+                    owner: np.ndarray) -> np.ndarray:
+    """Per node scope, the name of the forward occurrence (owner of the op) that created it.
+
+    A forward op dispatched with grad enabled records the sequence number the next autograd
+    node will take, and the node keeps it: the creator is the last op to start with that
+    number (an op starting after the node exists records the next number). Sequence numbers
+    count per forward thread; the trace does not say which, so the match is per process,
+    latest before the backward node.
+    """
+    n = len(cpu)
+    served = np.full(n, "", dtype=object)
+    seq = cpu["seq_nr"].to_numpy(np.int64) if "seq_nr" in cpu else np.full(n, -1, dtype=np.int64)
+    nodes = np.flatnonzero(is_scope & (seq >= 0))
+    cand = np.flatnonzero((seq >= 0) & ~is_scope & ~is_apply)
+    if not len(nodes) or not len(cand):
+        return served
+    ts, pid = cpu["ts_us"].to_numpy(float), cpu["pid"].to_numpy()
+    left = pd.DataFrame({"ts": ts[nodes], "pid": pid[nodes], "seq": seq[nodes], "node": nodes}).sort_values("ts")
+    right = pd.DataFrame({"ts": ts[cand], "pid": pid[cand], "seq": seq[cand], "fwd": cand}).sort_values("ts")
+    found = pd.merge_asof(left, right, on="ts", by=["pid", "seq"], direction="backward")
+    found = found[found["fwd"].notna()]
+    fwd = found["fwd"].to_numpy(np.int64)
+    occ = np.where(owner[fwd] >= 0, owner[fwd], fwd)
+    served[found["node"].to_numpy(np.int64)] = cpu["name"].to_numpy(dtype=object)[occ]
+    return served
+
+
 def _is_step_name(name: str) -> bool:
     return any(p.match(name) for p in _STEP_RES) or name.startswith("## Call CompiledFxGraph")
 
@@ -182,6 +282,7 @@ def _occurrences_from_cpu(cpu: pd.DataFrame, idx: np.ndarray, name=None, kind="o
         "kernel_file": rows["kernel_file"].to_numpy(), "step": rows["step"].to_numpy(),
         "start_us": rows["ts_us"].to_numpy(float), "cpu_time_us": rows["dur_us"].to_numpy(float),
         "region": rows["region"].to_numpy(),
+        **{c: rows[c].to_numpy() for c in AUTOGRAD_COLUMNS},
     })
 
 
@@ -227,6 +328,9 @@ def _kernel_named_occurrences(cpu, gpu, launcher, owned, step):
         "kernel_file": _from_cpu(cpu, lch, "kernel_file", ""), "step": step[g],
         "start_us": np.where(lch >= 0, _from_cpu(cpu, lch, "ts_us", 0.0), gpu["ts_us"].to_numpy(float)[g]),
         "cpu_time_us": _from_cpu(cpu, lch, "dur_us", 0.0), "region": _from_cpu(cpu, lch, "region", ""),
+        "backward_of": _from_cpu(cpu, lch, "backward_of", ""),
+        "autograd_node": _from_cpu(cpu, lch, "autograd_node", ""),
+        "autograd_internal": _from_cpu(cpu, lch, "autograd_internal", 0.0).astype(bool),
     })
     return occ, key
 
@@ -262,7 +366,8 @@ def _summarise(occ: pd.DataFrame, work: pd.DataFrame, steps: pd.DataFrame, devic
     occ["input_dtypes"] = _per_unique(occ["input_types"], _dtypes)
     occ["dev_us"] = occ["occ_cpu"].map(work.groupby("occ_cpu")["dur_us"].sum()).fillna(0.0).to_numpy()
     occ["cost_args"] = _cost_args(occ, cost_arguments) if cost_arguments else ""
-    keys = ["name", "kind", "input_dims", "input_dtypes", "cost_args"]
+    occ["autograd_internal"] = occ["autograd_internal"].astype(bool)
+    keys = ["name", "kind", "input_dims", "input_dtypes", "cost_args", *AUTOGRAD_COLUMNS]
     occ["row_id"] = occ.groupby(keys, sort=False, dropna=False).ngroup()
     n_steps = max(n_steps, 1)
     total_us = float(work["dur_us"].sum())
@@ -271,6 +376,7 @@ def _summarise(occ: pd.DataFrame, work: pd.DataFrame, steps: pd.DataFrame, devic
         "seq": occ["seq"], "step": occ["step"], "name": occ["name"], "row_id": occ["row_id"],
         "input_shapes": _per_unique(occ["input_dims"], _json_or_empty), "input_dtypes": occ["input_dtypes"],
         "device_time_s": occ["dev_us"] * 1e-6, "start_us": occ["start_us"], "region": occ["region"],
+        **{c: occ[c] for c in AUTOGRAD_COLUMNS},
     })
     wall = tuple(((steps["end_us"] - steps["ts_us"]) * 1e-6).tolist())
     per_step = _per_step_device_s(occ, max(len(steps), 1))
@@ -304,6 +410,8 @@ def _rows(occ, work, keys, n_steps, total_us) -> pd.DataFrame:
     ops["first_seq"] = g["seq"].min()
     ops["region"] = first["region"]
     ops["kernel_file"] = first["kernel_file"]
+    for col in AUTOGRAD_COLUMNS:
+        ops[col] = first[col]
     ops = ops.rename_axis("row_id").reset_index()
     return ops.sort_values("device_time_s", ascending=False, kind="stable").reset_index(drop=True)
 

@@ -51,6 +51,24 @@ def nest_ops(cpu: pd.DataFrame, recognised: np.ndarray) -> tuple[np.ndarray, np.
     return parent, owner
 
 
+def innermost_marked(parent: np.ndarray, marked: np.ndarray) -> np.ndarray:
+    """Index of the innermost op at or above each op with marked[op] set, -1 when none.
+
+    Walks every unresolved op one level up per pass (vectorised): as many passes as the
+    deepest nesting, not one Python step per op.
+    """
+    out = np.where(marked, np.arange(len(parent)), -1)
+    todo = np.flatnonzero(~marked & (parent >= 0))
+    up = parent[todo]
+    while len(todo):
+        hit = marked[up]
+        out[todo[hit]] = up[hit]
+        nxt = parent[up]
+        keep = ~hit & (nxt >= 0)
+        todo, up = todo[keep], nxt[keep]
+    return out
+
+
 def self_time_us(cpu: pd.DataFrame, parent: np.ndarray) -> np.ndarray:
     dur = cpu["dur_us"].to_numpy(float)
     child_sum = np.zeros(len(cpu))

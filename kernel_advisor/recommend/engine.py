@@ -68,7 +68,7 @@ class Engine:
 
 def _label(subject: Subject) -> str:
     ev = subject.evidence
-    return {"op": ev.get("name", ""), "pattern": f"{ev.get('pattern')}: {ev.get('names')}",
+    return {"op": ev.get("label") or ev.get("name", ""), "pattern": f"{ev.get('pattern')}: {ev.get('names')}",
             "run": "whole step"}[subject.scope]
 
 

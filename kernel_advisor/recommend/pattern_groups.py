@@ -2,7 +2,8 @@
 
 Twelve identical layers are one finding with twelve occurrences per step, not twelve
 findings: instances whose occurrences map to the same op rows (op × shapes × dtypes)
-form one PatternGroup.
+form one PatternGroup. A group on backward ops names the forward ops it is the backward of:
+that is the code the user wrote, and compiling it fuses its backward too (AOTAutograd).
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ class PatternGroup:
     variant: str = ""
     shapes: Any = None
     dtypes: Any = None
+    backward_of: tuple[str, ...] = ()  # forward ops its backward ops serve, in order; () forward
+    autograd_nodes: tuple[str, ...] = ()  # backward nodes they ran under, in order
 
 
 def group_instances(instances: Iterable[Instance]) -> tuple[PatternGroup, ...]:
@@ -51,8 +54,24 @@ def group_instances(instances: Iterable[Instance]) -> tuple[PatternGroup, ...]:
             instances=len(insts), occurrences=sum(len(i.occs) for i in insts),
             time_s=sum(row_time.values()), intermediate_bytes=float(sum(i.intermediate_bytes for i in insts)),
             row_time_s=dict(row_time), first_seq=min(i.occs[0].seq for i in insts),
-            variant=insts[0].variant, shapes=head.shapes, dtypes=head.dtypes))
+            variant=insts[0].variant, shapes=head.shapes, dtypes=head.dtypes,
+            backward_of=_distinct(o.backward_of for o in insts[0].occs),
+            autograd_nodes=_distinct(o.autograd_node for o in insts[0].occs)))
     return tuple(sorted(groups, key=lambda g: (-g.time_s, g.first_seq)))
+
+
+def _distinct(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(v for v in values if v))
+
+
+def chain_label(group: PatternGroup) -> str:
+    """"add → mul" for forward ops; "mul → neg (backward of aten::gru)" for backward ones."""
+    names = " → ".join(n.split("::", 1)[-1] for n in group.names)
+    if group.backward_of:
+        return f"{names} (backward of {', '.join(group.backward_of)})"
+    if group.autograd_nodes:
+        return f"{names} (backward: {', '.join(group.autograd_nodes)})"
+    return names
 
 
 def detect_patterns(sequence: pd.DataFrame, ops: pd.DataFrame, ctx: RunContext) -> tuple[PatternGroup, ...]:
@@ -90,7 +109,9 @@ def pattern_evidence(group: PatternGroup, ops_by_row: dict[int, dict], ctx: RunC
     top_row = max(group.row_time_s, key=group.row_time_s.get)
     return {
         "pattern": group.pattern, "variant": group.variant,
-        "names": " → ".join(n.split("::", 1)[-1] for n in group.names),
+        "names": chain_label(group),
+        "backward_of": ", ".join(group.backward_of),
+        "phase": "backward" if group.backward_of or group.autograd_nodes else "forward",
         "row_ids": list(group.row_ids), "length": len(group.row_ids),
         "occurrences_per_step": group.instances / steps, "ops_per_step": group.occurrences / steps,
         "time_per_step_s": group.time_s / steps,

@@ -2,8 +2,15 @@
 unfused optimizers, and elementwise work next to opaque custom ops.
 
 Detectors read sequence.csv (execution order) one step at a time, after dropping views
-(no data moved) and, on GPU, occurrences that launched nothing. Each match is an Instance
-with the bytes its fusion would stop moving; pattern_groups.py groups them.
+(no data moved), the autograd engine's node markers and, on GPU, occurrences that launched
+nothing. Each match is an Instance with the bytes its fusion would stop moving;
+pattern_groups.py groups them.
+
+Autograd (collect/attribute.py tags each occurrence): the engine's own work - gradients
+summed into a node's input buffer, reduced to an input's shape, accumulated into .grad - is
+never part of a match and cuts the op stream where it runs: it is not code the user wrote.
+A match never mixes forward and backward ops (AOTAutograd compiles them as two graphs);
+a match on backward ops is one on the backward of the forward ops it names (`backward_of`).
 """
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import pandas as pd
 
+from kernel_advisor.collect.attribute import NODE_SCOPE, flag_value, text_value
 from kernel_advisor.recommend.evidence import RunContext
 from kernel_advisor.recommend.shapes import TensorArg, base_name, is_aten, is_fusible, link_bytes, tensor_args
 
@@ -48,6 +56,13 @@ class Occ:
     shapes: str
     dtypes: str
     time_s: float
+    backward_of: str = ""  # the forward op a backward occurrence serves ("" forward, or unknown)
+    autograd_node: str = ""  # the backward node it ran under ("" forward)
+    autograd_internal: bool = False  # the engine's own work, not the node's formula
+
+    @property
+    def backward(self) -> bool:
+        return bool(self.autograd_node or self.backward_of)
 
     @property
     def op(self) -> str:
@@ -96,11 +111,31 @@ def _stream(sequence: pd.DataFrame, device_type: str) -> dict[int, list[Occ]]:
             continue
         if device_type != "cpu" and time_s <= 0.0:
             continue  # launched nothing on the device: a view, a no-op cast, CPU-side work
+        node = text_value(getattr(r, "autograd_node", ""))
+        if name.startswith(NODE_SCOPE) or (node and name == node):
+            continue  # the engine's markers around a node: bookkeeping, not an op on the data
         if row_id not in records:
             records[row_id] = (_as_json(r.input_shapes), _as_json(r.input_dtypes))
         shapes, dtypes = records[row_id]
-        steps[int(r.step)].append(Occ(int(r.seq), int(r.step), name, row_id, shapes, dtypes, time_s))
+        steps[int(r.step)].append(Occ(int(r.seq), int(r.step), name, row_id, shapes, dtypes, time_s,
+                                      text_value(getattr(r, "backward_of", "")), node,
+                                      flag_value(getattr(r, "autograd_internal", False))))
     return steps
+
+
+def user_segments(ops: Sequence[Occ]) -> Iterable[list[Occ]]:
+    """Runs of consecutive ops one fusion may span: cut at every op of the autograd engine's
+    own work (dropped: never the user's code to fuse) and where forward turns to backward."""
+    run: list[Occ] = []
+    for o in ops:
+        if o.autograd_internal or (run and run[-1].backward != o.backward):
+            if run:
+                yield run
+            run = [] if o.autograd_internal else [o]
+            continue
+        run.append(o)
+    if run:
+        yield run
 
 
 def intermediate_bytes(occs: Sequence[Occ]) -> int:
@@ -277,12 +312,9 @@ def custom_op_boundary(ops: Sequence[Occ], kinds: dict[int, str]) -> Iterable[In
             yield _instance("custom-op-boundary", ops[lo:hi + 1])
 
 
-def _detectors(ctx: RunContext, regions: dict[int, str], kinds: dict[int, str]) -> list[Callable]:
-    found: list[Callable] = [naive_attention, rmsnorm_chain, elementwise_chains, swiglu,
-                             lambda ops: custom_op_boundary(ops, kinds)]
-    if ctx.mode == "train":
-        found.append(lambda ops: unfused_optimizer(ops, regions))
-    return found
+def _detectors(kinds: dict[int, str]) -> list[Callable]:
+    """Detectors over runs of consecutive ops (each sees one user_segments run at a time)."""
+    return [naive_attention, rmsnorm_chain, elementwise_chains, swiglu, lambda ops: custom_op_boundary(ops, kinds)]
 
 
 def detect_instances(sequence: pd.DataFrame, ops: pd.DataFrame, ctx: RunContext) -> list[Instance]:
@@ -290,7 +322,11 @@ def detect_instances(sequence: pd.DataFrame, ops: pd.DataFrame, ctx: RunContext)
         if "region" in sequence else {}
     kinds = dict(zip(ops["row_id"].astype(int), ops["kind"].astype(str))) if len(ops) else {}
     out: list[Instance] = []
+    detectors = _detectors(kinds)
     for step_ops in _stream(sequence, ctx.device_type).values():
-        for detect in _detectors(ctx, regions, kinds):
-            out.extend(detect(step_ops))
+        for run in user_segments(step_ops):
+            for detect in detectors:
+                out.extend(detect(run))
+        if ctx.mode == "train":  # the whole step: optimizer ops need not be adjacent
+            out.extend(unfused_optimizer([o for o in step_ops if not o.autograd_internal], regions))
     return out

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from kernel_advisor.collect.attribute import flag_value, op_label, text_value
 from kernel_advisor.recommend.explain import CompileReport
 from kernel_advisor.recommend.evidence import RunContext, op_evidence, run_evidence
 from kernel_advisor.recommend.pattern_groups import PatternGroup, detect_patterns, pattern_evidence
@@ -36,9 +37,19 @@ class Subjects:
 
 
 def _op_subject(row: dict, ctx: RunContext, run_ev: dict) -> Subject:
-    ev = {**run_ev, **op_evidence(row, ctx)}
+    ev = {**run_ev, **op_evidence(row, ctx), **_autograd_evidence(row)}
     row_id = ev["row_id"]
     return Subject("op", f"row:{row_id}", ev, {row_id: ev["time_per_step_s"]}, {row_id: ev["calls_per_step"]})
+
+
+def _autograd_evidence(row: dict) -> dict[str, Any]:
+    """Which backward an op row belongs to, and its name for people ("aten::mm (backward of
+    aten::linear)"); rows of runs written before these columns read as forward ops."""
+    fwd, node = text_value(row.get("backward_of")), text_value(row.get("autograd_node"))
+    internal = flag_value(row.get("autograd_internal"))
+    return {"backward_of": fwd, "autograd_node": node, "autograd_internal": internal,
+            "phase": "backward" if fwd or node else "forward",
+            "label": op_label(str(row.get("name", "")), fwd, node, internal)}
 
 
 def _pattern_subject(group: PatternGroup, ops_by_row: dict[int, dict], ctx: RunContext, run_ev: dict) -> Subject:

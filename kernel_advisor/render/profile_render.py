@@ -7,6 +7,7 @@ import pandas as pd
 from rich.table import Table
 from rich.text import Text
 
+from kernel_advisor.collect.attribute import op_label
 from kernel_advisor.collect.rundir import SCHEMA_VERSION
 from kernel_advisor.collect.step_time import overhead_of, steady_state_of, steady_state_warning, step_time_of
 from kernel_advisor.records.base import json_text
@@ -30,7 +31,9 @@ def hotspot_table(ops: pd.DataFrame, top: int, title: str = "Top hotspots") -> T
         for col in ("FLOP", "bytes", "FLOP/B", "achieved", "eff", "class"):
             table.add_column(col, justify="left" if col == "class" else "right")
     for i, row in enumerate(ops.head(top).itertuples(index=False), 1):
-        cells = [str(i), shorten(row.name, 48), shorten(_shapes(row.input_shapes), 34), _dtype(row.input_dtypes),
+        label = op_label(row.name, getattr(row, "backward_of", ""), getattr(row, "autograd_node", ""),
+                         getattr(row, "autograd_internal", False))
+        cells = [str(i), shorten(label, 48), shorten(_shapes(row.input_shapes), 34), _dtype(row.input_dtypes),
                  str(row.calls), fmt_time_s(row.device_time_per_step_s), fmt_pct(row.share_pct)]
         if analyzed:
             cells += _analysis_cells(row)
