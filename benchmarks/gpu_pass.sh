@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU pass behind docs/benchmarks.md: GPU tests, calibration, every benchmark.
 # Run on the GPU machine from the repo root: benchmarks/gpu_pass.sh OUTDIR STEP...
-# Steps: gpu_tests calibrate profile ncu recommend kernels cuda_kernels tune explore_ce ce_short
-#        explore_norm try_kernel measure_tests advice
+# Steps: gpu_tests calibrate profile ncu recommend kernels cuda_kernels tune try_kernel
+#        measure_tests advice   (one-off studies: benchmarks/studies/README.md)
 # advice: ADVICE_MODELS=a,b (default all) ADVICE_BUDGET_S=45; ADVISOR_COMMIT names the commit measured.
 set -uo pipefail
 out=${1:-gpu-pass}
@@ -32,9 +32,6 @@ for step in "${@:2}"; do
         kernels) run bench_kernels python3 benchmarks/bench_kernels.py --out "$out/kernels" ;;
         cuda_kernels) run bench_cuda_kernels python3 benchmarks/bench_cuda_kernels.py --out "$out/cuda_kernels" ;;
         tune) run tune_rowwise python3 benchmarks/tune_rowwise.py --out "$out/tune" ;;
-        explore_ce) run explore_ce python3 benchmarks/explore_ce_forward.py --out "$out/explore_ce" ;;
-        ce_short) run ce_short_batch python3 benchmarks/ce_short_batch.py --out "$out/ce_short" ;;
-        explore_norm) run explore_norm python3 benchmarks/explore_norm_backward.py --out "$out/explore_norm" ;;
         try_kernel) run bench_try_kernel python3 benchmarks/bench_try_kernel.py --out "$out/try_kernel" ;;
         measure_tests) run measure_tests python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_measure_gpu.py \
                            tests/test_try_kernel_gpu.py tests/test_gpu_profile.py ;;

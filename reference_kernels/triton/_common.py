@@ -4,6 +4,7 @@ Importing this module imports triton, so only the kernel modules import it (spec
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -22,6 +23,13 @@ MAX_FUSED_COLS = 65536
 # NB: triton decides interpreter-or-compile when a @triton.jit function is decorated, i.e.
 # when our kernel modules are imported; they import this module first, so this matches.
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
+
+
+def ints(*values) -> tuple[int, ...]:
+    """Sizes and strides as Python ints. AOTAutograd traces a triton_op's launcher with SymInt
+    sizes under dynamic shapes: the launch settings' caches cannot hash those and constexprs
+    must be ints, so int() specializes them (a shape guard). Eager sizes are ints already."""
+    return tuple(int(v) for v in values)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -95,10 +103,22 @@ def partial_sum_programs(device: torch.device, n_row_blocks: int) -> int:
     """
     if device.type == "cuda":
         per_sm = 4  # NB: a few resident programs per SM hide DRAM latency; more only add partials
-        target = torch.cuda.get_device_properties(device).multi_processor_count * per_sm
+        target = sm_count(device) * per_sm
     else:
         target = 4  # the interpreter runs programs one after the other
     return max(1, min(n_row_blocks, target))
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device, read once per device (launchers size grids
+    by it on every call)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _sm_count(index)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 # Elementwise kernels: 2048 elements per program, 8 warps -> 8 contiguous elements per thread,

@@ -7,6 +7,7 @@ total and the only (rows, vocab) allocation is the gradient itself.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -14,8 +15,9 @@ import triton
 import triton.language as tl
 
 from reference_kernels.triton._common import (
-    acc_torch_dtype, acc_type, check_same_device, check_tensor, num_warps_for,
+    acc_torch_dtype, acc_type, check_same_device, check_tensor, ints, num_warps_for, sm_count,
 )
+from reference_kernels.triton._ops import kernel_op, launcher
 
 MAX_BLOCK_COLS = 8192
 # Forward: one program per row when the rows alone fill the GPU (measured on an H200 at
@@ -187,8 +189,7 @@ def _block_cols(n_cols: int) -> int:
 
 def _fwd_chunks(n_rows: int, n_cols: int, elt_bytes: int, device: torch.device) -> int:
     if device.type == "cuda":
-        target = torch.cuda.get_device_properties(device).multi_processor_count
-        target *= FWD_PROGRAMS_PER_SM
+        target = sm_count(device) * FWD_PROGRAMS_PER_SM
     else:
         target = 4  # the interpreter: enough to exercise the chunked path on short batches
     if n_rows >= target:
@@ -203,19 +204,19 @@ class FwdConfig:
     per block, warps, contiguous logits per thread and load (GROUP: one 16-byte vector), and
     whether the logits are loaded evict-first.
 
-    NB: measured on an H200 at 16384x8192 in bf16 (benchmarks/explore_ce_forward.py, do_bench
-    with its L2 flush / back-to-back without it), share of copy: one max per 16-byte vector
-    with its sum rescaled by one more exp (the previous kernel) 0.83-0.88 / 0.89-0.90; one max
-    per thread over all its vectors, inside the block loop 0.83-0.85 / 0.89; without the loop
-    for one-block rows (80 -> 72 registers, 7 programs per SM) 0.89-0.90 / 0.97-0.99; target logit
-    first 0.89-0.91 / 0.99-1.01; evict-first loads 0.91-0.94 / 1.00-1.04. A kernel that only
-    sums the rows: 0.90-0.92 / 1.01-1.05. Evict-first matters only with dirty lines in L2
-    (do_bench's flush buffer; in training, the LM head's output): normal loads evict them,
+    NB: measured on an H200 at 16384x8192 in bf16 (benchmarks/studies/explore_ce_forward.py,
+    do_bench with its L2 flush / back-to-back without it), share of copy: one max per 16-byte
+    vector with its sum rescaled by one more exp (the previous kernel) 0.83-0.88 / 0.89-0.90;
+    one max per thread over all its vectors, inside the block loop 0.83-0.85 / 0.89; without the
+    loop for one-block rows (80 -> 72 registers, 7 programs per SM) 0.89-0.90 / 0.97-0.99;
+    target logit first 0.89-0.91 / 0.99-1.01; evict-first loads 0.91-0.94 / 1.00-1.04. A kernel
+    that only sums the rows: 0.90-0.92 / 1.01-1.05. Evict-first matters only with dirty lines in
+    L2 (do_bench's flush buffer; in training, the LM head's output): normal loads evict them,
     paying their write-back inside this kernel. Lost: 2 or 4 rows per program (0.44-0.74),
     persistent programs looping over rows with or without cp.async (0.72-0.83), x[target] in
-    every thread's max (no better: 0.85-0.93), a second launch for the target logit
-    (0.84-0.89), a register cap of 64 or 56 (0.61, 0.41), .cg loads (0.84-0.90); 8 warps
-    0.87-0.96 (noisy). fp32 reaches 0.99-1.01.
+    every thread's max (no better: 0.85-0.93), a second launch for the target logit (0.84-0.89),
+    a register cap of 64 or 56 (0.61, 0.41), .cg loads (0.84-0.90); 8 warps 0.87-0.96 (noisy).
+    fp32 reaches 0.99-1.01.
     """
 
     block_n: int
@@ -225,6 +226,7 @@ class FwdConfig:
     stages: int = 1
 
 
+@functools.lru_cache(maxsize=1024)
 def fwd_config(n_cols: int, dtype: torch.dtype) -> FwdConfig:
     # Blocks of FWD_BLOCK_BYTES (8192 bf16, 4096 fp32 logits): measured on an H200, fp32
     # 4096 x 4 warps 0.99 of copy against 0.95-0.98 for 8192 x 8.
@@ -255,7 +257,7 @@ def _fwd_warps(block_cols: int, elt_bytes: int) -> int:
 def cross_entropy_fwd(logits2d: torch.Tensor, target: torch.Tensor, ignore_index: int,
                       config: FwdConfig | None = None):
     """Per-row losses (0 for ignored rows) and per-row log-sum-exp, in the accumulation dtype."""
-    n_rows, n_cols = logits2d.shape
+    n_rows, n_cols = ints(*logits2d.shape)
     acc_dtype = acc_torch_dtype(logits2d.dtype)
     losses = torch.empty(n_rows, dtype=acc_dtype, device=logits2d.device)
     lse = torch.empty(n_rows, dtype=acc_dtype, device=logits2d.device)
@@ -266,31 +268,52 @@ def cross_entropy_fwd(logits2d: torch.Tensor, target: torch.Tensor, ignore_index
 
 def _launch_fwd(logits2d, target, losses, lse, ignore_index: int,
                 config: FwdConfig | None) -> None:
-    n_rows, n_cols = logits2d.shape
+    n_rows, n_cols, row_stride = ints(*logits2d.shape, logits2d.stride(0))
     acc, elt_bytes = acc_type(logits2d.dtype), logits2d.element_size()
-    n_chunks = _fwd_chunks(n_rows, n_cols, elt_bytes, logits2d.device)
-    if n_chunks == 1:
+    chunks = _chunk_plan(n_rows, n_cols, elt_bytes, logits2d.device)
+    if chunks is None:
         config = config or fwd_config(n_cols, logits2d.dtype)
-        _ce_fwd_row[(n_rows,)](logits2d, target, losses, lse, n_cols, logits2d.stride(0),
-                               ignore_index, ACC=acc, BLOCK_N=config.block_n,
-                               GROUP=config.group, THREADS=32 * config.num_warps,
-                               EVICT=_policy(config.evict_first), STAGES=config.stages,
-                               ONE_BLOCK=n_cols <= config.block_n,
-                               num_warps=config.num_warps)
+        launcher(_ce_fwd_row)[(n_rows,)](
+            logits2d, target, losses, lse, n_cols, row_stride, ignore_index, ACC=acc,
+            BLOCK_N=config.block_n, GROUP=config.group, THREADS=32 * config.num_warps,
+            EVICT=_policy(config.evict_first), STAGES=config.stages,
+            ONE_BLOCK=n_cols <= config.block_n, num_warps=config.num_warps)
         return
-    block = _block_cols(triton.cdiv(n_cols, n_chunks))
-    chunk_cols = triton.cdiv(triton.cdiv(n_cols, n_chunks), block) * block
-    n_chunks = triton.cdiv(n_cols, chunk_cols)
     # One (max, sum-exp) pair per chunk: 8*n_chunks bytes per row (at most 8*1056 = 8448 B
     # on an H200, against >= 16 KiB of logits per chunk) and an arrival count per row.
-    pairs = torch.empty((n_rows, n_chunks, 2), dtype=lse.dtype, device=lse.device)
+    pairs = torch.empty((n_rows, chunks.n_chunks, 2), dtype=lse.dtype, device=lse.device)
     arrived = torch.zeros(n_rows, dtype=torch.int32, device=lse.device)
-    warps = _fwd_warps(block, elt_bytes)
-    _ce_fwd_chunk[(n_rows, n_chunks)](
-        logits2d, target, pairs, arrived, losses, lse, n_cols, logits2d.stride(0), n_chunks,
-        ignore_index, ACC=acc, BLOCK_N=block, GROUP=_group(block, elt_bytes),
-        THREADS=32 * warps, EVICT=_policy(_evict_first(elt_bytes)), STAGES=1, CHUNK_N=chunk_cols,
-        CHUNKS=triton.next_power_of_2(n_chunks), num_warps=warps)
+    launcher(_ce_fwd_chunk)[(n_rows, chunks.n_chunks)](
+        logits2d, target, pairs, arrived, losses, lse, n_cols, row_stride,
+        chunks.n_chunks, ignore_index, ACC=acc, BLOCK_N=chunks.block, GROUP=chunks.group,
+        THREADS=32 * chunks.warps, EVICT=_policy(_evict_first(elt_bytes)), STAGES=1,
+        CHUNK_N=chunks.chunk_cols, CHUNKS=triton.next_power_of_2(chunks.n_chunks),
+        num_warps=chunks.warps)
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """Launch of the chunked forward (short batches): chunks per row, columns per chunk and
+    per block, warps, logits per 16-byte load."""
+
+    n_chunks: int
+    chunk_cols: int
+    block: int
+    warps: int
+    group: int
+
+
+@functools.lru_cache(maxsize=1024)
+def _chunk_plan(n_rows: int, n_cols: int, elt_bytes: int,
+                device: torch.device) -> ChunkPlan | None:
+    """None when one program per row fills the device (the one-row forward)."""
+    n_chunks = _fwd_chunks(n_rows, n_cols, elt_bytes, device)
+    if n_chunks == 1:
+        return None
+    block = _block_cols(triton.cdiv(n_cols, n_chunks))
+    chunk_cols = triton.cdiv(triton.cdiv(n_cols, n_chunks), block) * block
+    return ChunkPlan(triton.cdiv(n_cols, chunk_cols), chunk_cols, block,
+                     _fwd_warps(block, elt_bytes), _group(block, elt_bytes))
 
 
 def _policy(evict_first: bool) -> str:
@@ -300,43 +323,74 @@ def _policy(evict_first: bool) -> str:
 def cross_entropy_bwd(logits2d, target, lse, row_scale: torch.Tensor,
                       ignore_index: int) -> torch.Tensor:
     """dlogits; row_scale holds d(loss)/d(row loss) per row (stride 0 when shared)."""
-    n_rows, n_cols = logits2d.shape
+    n_rows, n_cols = ints(*logits2d.shape)
     grad = torch.empty((n_rows, n_cols), dtype=logits2d.dtype, device=logits2d.device)
     if grad.numel():
         block = _block_cols(n_cols)
-        _ce_bwd[(n_rows,)](logits2d, target, lse, row_scale, grad, n_cols, logits2d.stride(0),
-                           row_scale.stride(0), ignore_index, ACC=acc_type(logits2d.dtype),
-                           BLOCK_N=block, num_warps=num_warps_for(block))
+        launcher(_ce_bwd)[(n_rows,)](
+            logits2d, target, lse, row_scale, grad, n_cols,
+            *ints(logits2d.stride(0), row_scale.stride(0)), ignore_index,
+            ACC=acc_type(logits2d.dtype), BLOCK_N=block, num_warps=num_warps_for(block))
     return grad
 
 
-class _CrossEntropy(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, logits, target, ignore_index: int, reduction: str):
-        losses, lse = cross_entropy_fwd(logits, target, ignore_index)
-        ctx.save_for_backward(logits, target, lse)
-        ctx.ignore_index, ctx.reduction = ignore_index, reduction
-        if reduction == "none":
-            return losses.to(logits.dtype)
-        total = losses.sum()  # a fixed-order torch reduction: bitwise reproducible
-        if reduction == "sum":
-            return total.to(logits.dtype)
-        # NB: as torch, mean over the rows that are not ignored; 0/0 = NaN when all are.
-        ctx.n_valid = (target != ignore_index).sum().to(total.dtype)
-        return (total / ctx.n_valid).to(logits.dtype)
+def _fake_forward(logits, target, ignore_index, reduction):
+    n_rows = logits.shape[0]
+    loss_shape = (n_rows,) if reduction == "none" else ()
+    return (torch.empty(loss_shape, dtype=logits.dtype, device=logits.device),
+            torch.empty(n_rows, dtype=acc_torch_dtype(logits.dtype), device=logits.device))
 
-    @staticmethod
-    def backward(ctx, grad_out: torch.Tensor):
-        logits, target, lse = ctx.saved_tensors
-        n_rows = logits.shape[0]
-        if ctx.reduction == "none":
-            row_scale = grad_out.contiguous()
-        elif ctx.reduction == "sum":
-            row_scale = grad_out.reshape(1).expand(n_rows)
-        else:
-            row_scale = (grad_out.to(ctx.n_valid.dtype) / ctx.n_valid).reshape(1).expand(n_rows)
-        grad = cross_entropy_bwd(logits, target, lse, row_scale, ctx.ignore_index)
-        return grad, None, None, None
+
+@kernel_op("cross_entropy", _fake_forward)
+def cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, ignore_index: int,
+                     reduction: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, per-row log-sum-exp) for unit-stride (rows, vocab) logits; validated by the caller."""
+    losses, lse = cross_entropy_fwd(logits, target, ignore_index)
+    if reduction == "none":
+        return losses.to(logits.dtype), lse
+    total = losses.sum()  # a fixed-order torch reduction: bitwise reproducible
+    if reduction == "sum":
+        return total.to(logits.dtype), lse
+    # NB: as torch, mean over the rows that are not ignored; 0/0 = NaN when all are.
+    return (total / _valid_rows(target, ignore_index, total.dtype)).to(logits.dtype), lse
+
+
+def _valid_rows(target: torch.Tensor, ignore_index: int, dtype: torch.dtype) -> torch.Tensor:
+    return (target != ignore_index).sum().to(dtype)
+
+
+@kernel_op("cross_entropy_backward",
+           lambda logits, target, lse, row_scale, ignore_index: torch.empty(
+               logits.shape, dtype=logits.dtype, device=logits.device))
+def cross_entropy_backward_op(logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor,
+                              row_scale: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    """dlogits; row_scale holds d(loss)/d(row loss) per row (a stride-0 view when shared)."""
+    return cross_entropy_bwd(logits, target, lse, row_scale, ignore_index)
+
+
+def _setup(ctx, inputs, output) -> None:
+    logits, target, ignore_index, reduction = inputs
+    _, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.ignore_index, ctx.reduction = ignore_index, reduction
+    ctx.save_for_backward(logits, target, lse)
+
+
+def _backward(ctx, grad_loss: torch.Tensor, _grad_lse):
+    logits, target, lse = ctx.saved_tensors
+    n_rows = logits.shape[0]
+    if ctx.reduction == "none":
+        row_scale = grad_loss
+    elif ctx.reduction == "sum":
+        row_scale = grad_loss.reshape(1).expand(n_rows)
+    else:
+        n_valid = _valid_rows(target, ctx.ignore_index, lse.dtype)
+        row_scale = (grad_loss.to(lse.dtype) / n_valid).reshape(1).expand(n_rows)
+    grad = cross_entropy_backward_op(logits, target, lse, row_scale, ctx.ignore_index)
+    return grad, None, None, None
+
+
+cross_entropy_op.register_autograd(_backward, setup_context=_setup)
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
@@ -358,4 +412,4 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
         raise ValueError(f"cross_entropy: reduction must be one of {REDUCTIONS}, got {reduction!r}")
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
-    return _CrossEntropy.apply(logits, target.contiguous(), int(ignore_index), reduction)
+    return cross_entropy_op(logits, target.contiguous(), int(ignore_index), reduction)[0]

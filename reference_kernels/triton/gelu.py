@@ -8,6 +8,7 @@ import triton.language as tl
 from reference_kernels.triton._common import (
     ELEMENTWISE_BLOCK, ELEMENTWISE_WARPS, acc_type, check_tensor, elementwise_grid, flat,
 )
+from reference_kernels.triton._ops import kernel_op, launcher
 
 # Literals in the kernels (a compiled kernel reads only tl.constexpr globals, and the
 # interpreter mishandles constexpr * tensor): sqrt(2/pi) = 0.7978845608028654,
@@ -86,35 +87,50 @@ def _fast16(dtype: torch.dtype) -> bool:
 
 def gelu_fwd(x1d: torch.Tensor, tanh: bool) -> torch.Tensor:
     y = torch.empty_like(x1d)
-    if y.numel():
-        _gelu_fwd[elementwise_grid(y.numel())](x1d, y, y.numel(), TANH=tanh,
-                                               FAST16=_fast16(x1d.dtype), ACC=acc_type(x1d.dtype),
-                                               BLOCK=ELEMENTWISE_BLOCK, num_warps=ELEMENTWISE_WARPS)
+    n = int(y.numel())  # a SymInt while AOTAutograd traces the triton_op
+    if n:
+        launcher(_gelu_fwd)[elementwise_grid(n)](
+            x1d, y, n, TANH=tanh, FAST16=_fast16(x1d.dtype), ACC=acc_type(x1d.dtype),
+            BLOCK=ELEMENTWISE_BLOCK, num_warps=ELEMENTWISE_WARPS)
     return y
 
 
 def gelu_bwd(x1d: torch.Tensor, dy1d: torch.Tensor, tanh: bool) -> torch.Tensor:
     dx = torch.empty_like(x1d)
-    if dx.numel():
-        _gelu_bwd[elementwise_grid(dx.numel())](x1d, dy1d, dx, dx.numel(), TANH=tanh,
-                                                FAST16=_fast16(x1d.dtype),
-                                                ACC=acc_type(x1d.dtype), BLOCK=ELEMENTWISE_BLOCK,
-                                                num_warps=ELEMENTWISE_WARPS)
+    n = int(dx.numel())  # a SymInt while AOTAutograd traces the triton_op
+    if n:
+        launcher(_gelu_bwd)[elementwise_grid(n)](
+            x1d, dy1d, dx, n, TANH=tanh, FAST16=_fast16(x1d.dtype),
+            ACC=acc_type(x1d.dtype), BLOCK=ELEMENTWISE_BLOCK, num_warps=ELEMENTWISE_WARPS)
     return dx
 
 
-class _Gelu(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, tanh: bool) -> torch.Tensor:
-        x1d = flat(x)
-        ctx.save_for_backward(x1d)
-        ctx.tanh = tanh
-        return gelu_fwd(x1d, tanh).view(x.shape)
+def _like(x: torch.Tensor, *_) -> torch.Tensor:
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
-    @staticmethod
-    def backward(ctx, dy: torch.Tensor):
-        (x1d,) = ctx.saved_tensors
-        return gelu_bwd(x1d, flat(dy), ctx.tanh).view(dy.shape), None
+
+@kernel_op("gelu", _like)
+def gelu_op(x: torch.Tensor, approximate: str) -> torch.Tensor:
+    return gelu_fwd(flat(x), approximate == "tanh").view(x.shape)
+
+
+@kernel_op("gelu_backward", _like)
+def gelu_backward_op(x: torch.Tensor, dy: torch.Tensor, approximate: str) -> torch.Tensor:
+    return gelu_bwd(flat(x), flat(dy), approximate == "tanh").view(x.shape)
+
+
+def _setup(ctx, inputs, output) -> None:
+    x, approximate = inputs
+    ctx.approximate = approximate
+    ctx.save_for_backward(x)
+
+
+def _backward(ctx, dy: torch.Tensor):
+    (x,) = ctx.saved_tensors
+    return gelu_backward_op(x, dy, ctx.approximate), None
+
+
+gelu_op.register_autograd(_backward, setup_context=_setup)
 
 
 def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
@@ -122,4 +138,4 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     check_tensor("gelu", "x", x)
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _Gelu.apply(x, approximate == "tanh")
+    return gelu_op(x, approximate)

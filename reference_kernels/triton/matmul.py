@@ -9,7 +9,8 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels.triton._common import INTERPRETED, check_same_device, check_tensor
+from reference_kernels.triton._common import INTERPRETED, check_same_device, check_tensor, ints
+from reference_kernels.triton._ops import kernel_op, launcher
 
 MATMUL_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -70,6 +71,29 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk
 _matmul_autotuned = triton.autotune(configs=_CONFIGS, key=["M", "N", "K"])(_matmul_kernel)
 
 
+@kernel_op("matmul", lambda a, b: torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype,
+                                              device=a.device))
+def matmul_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """C = A @ B for validated (M, K) and (K, N) operands; no autograd formula."""
+    M, K, N = ints(*a.shape, b.shape[1])
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    if c.numel() == 0:
+        return c
+    if K == 0:
+        return c.zero_()
+    args = (a, b, c, M, N, K, *ints(a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                    c.stride(0), c.stride(1)))
+    if INTERPRETED:
+        t = _INTERPRETER_TILE
+        grid = (triton.cdiv(M, t["BLOCK_M"]) * triton.cdiv(N, t["BLOCK_N"]),)
+        launcher(_matmul_kernel)[grid](*args, DOT_IN_FP32=True, **t)
+    else:
+        def grid(meta):
+            return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+        launcher(_matmul_autotuned)[grid](*args, DOT_IN_FP32=False)
+    return c
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """torch.mm(a, b) for float16/bfloat16 a (M, K) and b (K, N), any strides."""
     check_tensor("matmul", "a", a, dtypes=MATMUL_DTYPES)
@@ -78,20 +102,4 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"matmul: expects a (M, K) and b (K, N), got {list(a.shape)} and "
                          f"{list(b.shape)}")
-    (M, K), N = a.shape, b.shape[1]
-    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    if c.numel() == 0:
-        return c
-    if K == 0:
-        return c.zero_()
-    args = (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-            c.stride(0), c.stride(1))
-    if INTERPRETED:
-        t = _INTERPRETER_TILE
-        grid = (triton.cdiv(M, t["BLOCK_M"]) * triton.cdiv(N, t["BLOCK_N"]),)
-        _matmul_kernel[grid](*args, DOT_IN_FP32=True, **t)
-    else:
-        def grid(meta):
-            return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
-        _matmul_autotuned[grid](*args, DOT_IN_FP32=False)
-    return c
+    return matmul_op(a, b)

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import triton
 import triton.language as tl
 
 from reference_kernels.triton._common import (
-    MAX_FUSED_COLS, acc_torch_dtype, acc_type, num_warps_for, partial_sum_programs,
-    rows_per_program,
+    MAX_FUSED_COLS, acc_torch_dtype, acc_type, ints, num_warps_for, partial_sum_programs,
+    rows_per_program, sm_count,
 )
+from reference_kernels.triton._ops import kernel_op, launcher
 
 
 @triton.jit
@@ -81,7 +83,7 @@ def _norm_bwd(x_ptr, w_ptr, mean_ptr, rstd_ptr, dy_ptr, dres_ptr, dx_ptr, dw_ptr
     # Row blocks are dealt round-robin (program p takes blocks p, p + programs, ...), so at
     # any time the programs stream neighbouring rows. NB: one run of rows per program, 132
     # regions streamed at once, took 3 % longer in bf16 and 4-5 % in fp32 on an H200
-    # (benchmarks/explore_norm_backward.py).
+    # (benchmarks/studies/explore_norm_backward.py).
     # STAGES > 1: Triton's pipeliner copies the next STAGES - 1 row blocks into shared memory
     # with cp.async while this one is reduced: with ~1 program per SM, loads stay in flight
     # through the reductions at no register cost (2 * (STAGES - 1) tiles of shared memory).
@@ -185,6 +187,7 @@ def _warps_by_bytes(block_elements: int, dtype: torch.dtype) -> int:
 MANY_ROWS = 4096
 
 
+@functools.lru_cache(maxsize=1024)
 def fwd_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> FwdConfig:
     block_n = _block_cols(n_cols)
     block_m = rows_per_program(block_n, n_rows)
@@ -194,9 +197,9 @@ def fwd_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> FwdConfig:
 
 
 # NB: measured on an H200 at 16384x8192 (benchmarks/tune_rowwise.py and
-# explore_norm_backward.py): 3 stages take bf16 layer_norm to 0.96 of copy, from 0.70
-# without pipelining (rms_norm 0.97 from 0.75; fp32 rows 0.96-0.97 either way); 2 stages
-# lose (bf16 layer_norm 0.64), 4 lose (0.88-0.92 flushed, 0.85-0.86 back to back, against
+# benchmarks/studies/explore_norm_backward.py): 3 stages take bf16 layer_norm to 0.96 of copy,
+# from 0.70 without pipelining (rms_norm 0.97 from 0.75; fp32 rows 0.96-0.97 either way); 2
+# stages lose (bf16 layer_norm 0.64), 4 lose (0.88-0.92 flushed, 0.85-0.86 back to back, against
 # 0.90-0.94 and 0.91-0.94 with 3). Both layer_norm row sums in one tl.reduce stayed within
 # noise; 2 rows per block (half the reduction barriers per row) lost: 0.41-0.54.
 BWD_STAGES = 3
@@ -208,6 +211,7 @@ SMEM_PER_BLOCK_BYTES = 227 * 1024
 SMEM_RESERVED_BYTES = 16 * 1024
 
 
+@functools.lru_cache(maxsize=1024)
 def bwd_config(n_rows: int, n_cols: int, dtype: torch.dtype, is_rms: bool,
                fused: bool = False, smem_bytes: int = SMEM_PER_BLOCK_BYTES) -> BwdConfig:
     tile = rows_per_program(_block_cols(n_cols), n_rows) * _block_cols(n_cols)
@@ -247,7 +251,7 @@ def _device_smem_per_block(index: int) -> int:
 def norm_fwd(x2d, residual2d, weight, bias, eps: float, is_rms: bool,
              config: FwdConfig | None = None):
     """Returns (y, h or None, mean or None, rstd); h = x + residual when a residual is given."""
-    n_rows, n_cols = x2d.shape
+    n_rows, n_cols = ints(*x2d.shape)
     dev, acc_dtype = x2d.device, acc_torch_dtype(x2d.dtype)
     y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=dev)
     h = torch.empty_like(y) if residual2d is not None else None
@@ -257,10 +261,11 @@ def norm_fwd(x2d, residual2d, weight, bias, eps: float, is_rms: bool,
         return y, h, mean, rstd
     config = config or fwd_config(n_rows, n_cols, x2d.dtype)
     block_m, block_n = config.block_m, _block_cols(n_cols)
-    res_stride = residual2d.stride(0) if residual2d is not None else 0
-    _norm_fwd[(triton.cdiv(n_rows, block_m),)](
+    x_stride, res_stride = ints(x2d.stride(0),
+                                residual2d.stride(0) if residual2d is not None else 0)
+    launcher(_norm_fwd)[(triton.cdiv(n_rows, block_m),)](
         x2d, residual2d, weight, bias, y, h, mean, rstd, n_rows, n_cols, eps,
-        x2d.stride(0), res_stride, IS_RMS=is_rms, HAS_RESIDUAL=residual2d is not None,
+        x_stride, res_stride, IS_RMS=is_rms, HAS_RESIDUAL=residual2d is not None,
         HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, ACC=acc_type(x2d.dtype),
         BLOCK_M=block_m, BLOCK_N=block_n, num_warps=config.num_warps)
     return y, h, mean, rstd
@@ -272,33 +277,57 @@ def norm_bwd(x2d, weight, mean, rstd, dy2d, dres2d, need_dw: bool, need_db: bool
 
     dw and db come back in the accumulation dtype (float32, float64 for float64 inputs).
     """
-    n_rows, n_cols = x2d.shape
+    dx, sums = _norm_bwd_sums(x2d, weight, mean, rstd, dy2d, dres2d, need_dw, need_db, is_rms,
+                              config)
+    dw = sums[0] if need_dw else None
+    db = sums[-1] if need_db else None
+    return dx, dw, db
+
+
+def _norm_bwd_sums(x2d, weight, mean, rstd, dy2d, dres2d, need_dw: bool, need_db: bool,
+                   is_rms: bool, config: BwdConfig | None = None):
+    """(dx, sums): sums is (need_dw + need_db, n_cols), dw's row first."""
+    n_rows, n_cols = ints(*x2d.shape)
     dev, acc_dtype = x2d.device, acc_torch_dtype(x2d.dtype)
     dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=dev)
-    config = config or bwd_config(n_rows, n_cols, x2d.dtype, is_rms, dres2d is not None,
-                                  _smem_per_block(dev))
+    if config is None:
+        config, block_m, programs = _bwd_launch(n_rows, n_cols, x2d.dtype, is_rms,
+                                                dres2d is not None, dev)
+    else:
+        block_m, programs = _bwd_grid(n_rows, n_cols, dev, config)
     block_n = _block_cols(n_cols)
-    block_m = rows_per_program(block_n, n_rows)
-    programs = _bwd_programs(dev, triton.cdiv(n_rows, block_m), config.programs_per_sm)
     # dw and db partial rows in one tensor, so one reduction kernel sums both
     n_sums = int(need_dw) + int(need_db)
     parts = torch.empty((n_sums, programs, n_cols), dtype=acc_dtype, device=dev)
     dw_part = parts[0] if need_dw else None
     db_part = parts[n_sums - 1] if need_db else None
     if dx.numel() > 0:
-        _norm_bwd[(programs,)](
+        launcher(_norm_bwd)[(programs,)](
             x2d, weight, mean, rstd, dy2d, dres2d, dx, dw_part, db_part,
-            n_rows, n_cols, x2d.stride(0), dy2d.stride(0),
-            dres2d.stride(0) if dres2d is not None else 0,
+            n_rows, n_cols, *ints(x2d.stride(0), dy2d.stride(0),
+                                  dres2d.stride(0) if dres2d is not None else 0),
             IS_RMS=is_rms, HAS_WEIGHT=weight is not None, NEED_DW=need_dw, NEED_DB=need_db,
             HAS_DRES=dres2d is not None, STAGES=config.stages, ACC=acc_type(x2d.dtype),
             BLOCK_M=block_m, BLOCK_N=block_n, num_warps=config.num_warps)
-    elif need_dw or need_db:
+    elif n_sums:
         programs = 0  # no rows: the parameter gradients are zero
-    sums = _sum_partials(parts, programs, dx.numel()) if n_sums else None
-    dw = sums[0] if need_dw else None
-    db = sums[n_sums - 1] if need_db else None
-    return dx, dw, db
+    if not n_sums:
+        return dx, torch.empty((0, n_cols), dtype=acc_dtype, device=dev)
+    return dx, _sum_partials(parts, programs, dx.numel())
+
+
+@functools.lru_cache(maxsize=1024)
+def _bwd_launch(n_rows: int, n_cols: int, dtype: torch.dtype, is_rms: bool, fused: bool,
+                device: torch.device) -> tuple[BwdConfig, int, int]:
+    """(config, rows per program, programs) of the backward for one shape on one device."""
+    config = bwd_config(n_rows, n_cols, dtype, is_rms, fused, _smem_per_block(device))
+    return (config, *_bwd_grid(n_rows, n_cols, device, config))
+
+
+def _bwd_grid(n_rows: int, n_cols: int, device: torch.device,
+              config: BwdConfig) -> tuple[int, int]:
+    block_m = rows_per_program(_block_cols(n_cols), n_rows)
+    return block_m, _bwd_programs(device, triton.cdiv(n_rows, block_m), config.programs_per_sm)
 
 
 def _bwd_programs(device: torch.device, n_row_blocks: int, per_sm: int) -> int:
@@ -309,8 +338,7 @@ def _bwd_programs(device: torch.device, n_row_blocks: int, per_sm: int) -> int:
     """
     if device.type != "cuda":
         return partial_sum_programs(device, n_row_blocks)
-    sm_count = torch.cuda.get_device_properties(device).multi_processor_count
-    return max(1, min(n_row_blocks, sm_count * per_sm))
+    return max(1, min(n_row_blocks, sm_count(device) * per_sm))
 
 
 def _sum_partials(parts: torch.Tensor, programs: int, n_elements: int) -> torch.Tensor:
@@ -325,17 +353,17 @@ def _sum_partials(parts: torch.Tensor, programs: int, n_elements: int) -> torch.
     64x1024 to 8192x4096, whose GPU time (59 us) still hides behind the host's; from
     8192x8192 on the call is GPU-bound and _sum_parts 1.1-1.3 us faster (its CUDA-graph GPU
     time is 1-2.6 us lower at every size). Hence torch's sum below TRITON_SUM_MIN_ELEMENTS
-    inputs on a GPU (benchmarks/explore_norm_backward.py). The
+    inputs on a GPU (benchmarks/studies/explore_norm_backward.py). The
     interpreter always runs _sum_parts, so CI checks it.
     """
-    n_sums, _, n_cols = parts.shape
+    n_sums, _, n_cols = ints(*parts.shape)
     if not programs:
         return torch.zeros((n_sums, n_cols), dtype=parts.dtype, device=parts.device)
     if parts.device.type == "cuda" and n_elements < TRITON_SUM_MIN_ELEMENTS:
         return parts.sum(1)
     out = torch.empty((n_sums, n_cols), dtype=parts.dtype, device=parts.device)
     p_block, c_block = _sum_tile(programs)
-    _sum_parts[(triton.cdiv(n_cols, c_block), n_sums)](
+    launcher(_sum_parts)[(triton.cdiv(n_cols, c_block), n_sums)](
         parts, out, programs, n_cols, P_BLOCK=p_block, C_BLOCK=c_block, num_warps=SUM_WARPS)
     return out
 
@@ -352,23 +380,22 @@ def _sum_tile(programs: int) -> tuple[int, int]:
     return p_block, max(16, min(1024, SUM_TILE_ELEMENTS // p_block))
 
 
-def check_norm_args(fn_name: str, x: torch.Tensor, normalized_shape, *params) -> int:
-    """The row length; ValueError when normalized_shape does not end x or params mismatch."""
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    if not shape or tuple(x.shape[-len(shape):]) != shape or x.dim() < len(shape):
-        raise ValueError(f"{fn_name}: normalized_shape {list(shape)} must match the last dims of "
+def check_norm_args(fn_name: str, x: torch.Tensor, normalized_shape, *params) -> list[int]:
+    """normalized_shape as a list; ValueError when it does not end x's shape, a parameter's
+    shape differs or the row is longer than one register tile holds."""
+    shape = [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
+    if not shape or x.dim() < len(shape) or list(x.shape[-len(shape):]) != shape:
+        raise ValueError(f"{fn_name}: normalized_shape {shape} must match the last dims of "
                          f"the input, which has shape {list(x.shape)}")
     for name, p in params:
-        if p is not None and tuple(p.shape) != shape:
-            raise ValueError(f"{fn_name}: {name} has shape {list(p.shape)}, expected {list(shape)}")
-    n_cols = 1
-    for d in shape:
-        n_cols *= d
+        if p is not None and list(p.shape) != shape:
+            raise ValueError(f"{fn_name}: {name} has shape {list(p.shape)}, expected {shape}")
+    n_cols = _n_cols(shape)
     if n_cols > MAX_FUSED_COLS:
         raise ValueError(f"{fn_name}: rows of {n_cols} elements exceed this kernel's "
                          f"{MAX_FUSED_COLS}-element limit (one row per register tile); use "
                          "torch.nn.functional for wider rows")
-    return n_cols
+    return shape
 
 
 def rows_of(x: torch.Tensor, n_cols: int) -> torch.Tensor:
@@ -377,39 +404,171 @@ def rows_of(x: torch.Tensor, n_cols: int) -> torch.Tensor:
     return x2d if x2d.stride(1) == 1 or n_cols == 1 else x2d.contiguous()
 
 
-class NormFunction(torch.autograd.Function):
-    """y = norm(x [+ residual]); with a residual also returns the new residual h = x + residual."""
+# ---- operators (torch.library, see _ops.py) ---------------------------------------------
+# Forward: advisor_kernels::{layer_norm, rms_norm, add_layer_norm, add_rms_norm} return the
+# normalised rows (shaped like x, contiguous), the new residual h = x + residual for the fused
+# pair, and the per-row statistics the backward needs (mean for layer_norm, rstd for both;
+# (rows,) in the accumulation dtype, as aten::native_layer_norm's are float for 16-bit input).
+# Backward: advisor_kernels::norm_backward, one operator for the four.
 
-    @staticmethod
-    def forward(ctx, x, residual, weight, bias, n_cols: int, eps: float, is_rms: bool):
-        ctx.set_materialize_grads(False)
-        x2d = rows_of(x, n_cols)
-        r2d = rows_of(residual, n_cols) if residual is not None else None
-        w = weight.reshape(-1) if weight is not None else None
-        b = bias.reshape(-1) if bias is not None else None
-        y, h, mean, rstd = norm_fwd(x2d, r2d, w, b, eps, is_rms)
-        # The fused variant normalises h, which it returns anyway: saving it costs nothing.
-        ctx.save_for_backward(h if h is not None else x2d, weight, mean, rstd)
-        ctx.is_rms, ctx.fused = is_rms, residual is not None
-        ctx.bias_like = (bias.dtype, bias.shape) if bias is not None else None
-        if residual is None:
-            return y.view(x.shape)
-        return y.view(x.shape), h.view(x.shape)
 
-    @staticmethod
-    def backward(ctx, dy, dh=None):
-        x2d, weight, mean, rstd = ctx.saved_tensors
-        if dy is None and dh is None:  # neither output is used: no gradient flows
-            return None, None, None, None, None, None, None
-        n_cols = x2d.shape[1]
-        dy2d = rows_of(dy, n_cols) if dy is not None else torch.zeros_like(x2d)
-        dres2d = rows_of(dh, n_cols) if dh is not None else None
-        w = weight.reshape(-1) if weight is not None else None
-        dx, dw, db = norm_bwd(x2d, w, mean, rstd, dy2d, dres2d, ctx.needs_input_grad[2],
-                              ctx.needs_input_grad[3], ctx.is_rms)
-        dx = dx.view(dy.shape if dy is not None else dh.shape)
-        if dw is not None:
-            dw = dw.to(weight.dtype).view(weight.shape)
-        if db is not None:
-            db = db.to(ctx.bias_like[0]).view(ctx.bias_like[1])
-        return dx, (dx if ctx.fused else None), dw, db, None, None, None
+def _n_cols(normalized_shape) -> int:
+    n = 1
+    for d in normalized_shape:
+        n *= d
+    return n
+
+
+def _n_rows(x: torch.Tensor, n_cols: int):
+    return x.numel() // n_cols if n_cols else 0
+
+
+def _forward(x, residual, weight, bias, normalized_shape, eps: float, is_rms: bool):
+    n_cols = _n_cols(normalized_shape)
+    x2d = rows_of(x, n_cols)
+    r2d = rows_of(residual, n_cols) if residual is not None else None
+    w = weight.reshape(-1) if weight is not None else None
+    b = bias.reshape(-1) if bias is not None else None
+    y, h, mean, rstd = norm_fwd(x2d, r2d, w, b, eps, is_rms)
+    return y.view(x.shape), (h.view(x.shape) if h is not None else None), mean, rstd
+
+
+def _fake_stats(x, normalized_shape):
+    n_rows = _n_rows(x, _n_cols(normalized_shape))
+    return torch.empty(n_rows, dtype=acc_torch_dtype(x.dtype), device=x.device)
+
+
+def _fake_rows(x):
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+@kernel_op("layer_norm", lambda x, normalized_shape, weight, bias, eps: (
+    _fake_rows(x), _fake_stats(x, normalized_shape), _fake_stats(x, normalized_shape)))
+def layer_norm_op(x: torch.Tensor, normalized_shape: list[int], weight: Optional[torch.Tensor],
+                  bias: Optional[torch.Tensor], eps: float
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(y, mean, rstd) of layer_norm over the last dims; validated by the caller."""
+    y, _, mean, rstd = _forward(x, None, weight, bias, normalized_shape, eps, False)
+    return y, mean, rstd
+
+
+@kernel_op("rms_norm", lambda x, normalized_shape, weight, eps: (
+    _fake_rows(x), _fake_stats(x, normalized_shape)))
+def rms_norm_op(x: torch.Tensor, normalized_shape: list[int], weight: Optional[torch.Tensor],
+                eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, rstd) of rms_norm over the last dims; validated by the caller."""
+    y, _, _, rstd = _forward(x, None, weight, None, normalized_shape, eps, True)
+    return y, rstd
+
+
+@kernel_op("add_layer_norm", lambda x, residual, normalized_shape, weight, bias, eps: (
+    _fake_rows(x), _fake_rows(x), _fake_stats(x, normalized_shape),
+    _fake_stats(x, normalized_shape)))
+def add_layer_norm_op(x: torch.Tensor, residual: torch.Tensor, normalized_shape: list[int],
+                      weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(y, h, mean, rstd): layer_norm of h = x + residual, and h."""
+    return _forward(x, residual, weight, bias, normalized_shape, eps, False)
+
+
+@kernel_op("add_rms_norm", lambda x, residual, normalized_shape, weight, eps: (
+    _fake_rows(x), _fake_rows(x), _fake_stats(x, normalized_shape)))
+def add_rms_norm_op(x: torch.Tensor, residual: torch.Tensor, normalized_shape: list[int],
+                    weight: Optional[torch.Tensor], eps: float
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(y, h, rstd): rms_norm of h = x + residual, and h."""
+    y, h, _, rstd = _forward(x, residual, weight, None, normalized_shape, eps, True)
+    return y, h, rstd
+
+
+def _fake_backward(x, weight, mean, rstd, dy, dres, n_cols, need_dw, need_db):
+    n_sums = int(need_dw) + int(need_db)
+    return (_fake_rows(x),
+            torch.empty((n_sums, n_cols), dtype=acc_torch_dtype(x.dtype), device=x.device))
+
+
+@kernel_op("norm_backward", _fake_backward)
+def norm_backward_op(x: torch.Tensor, weight: Optional[torch.Tensor], mean: Optional[torch.Tensor],
+                     rstd: torch.Tensor, dy: torch.Tensor, dres: Optional[torch.Tensor],
+                     n_cols: int, need_dw: bool, need_db: bool
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dx, sums) of any of the four norms over rows of n_cols: x is what was normalised (h
+    when fused), mean is None for RMSNorm, dres the new residual's gradient when fused (added
+    to dx); sums holds dw (if need_dw) then db (if need_db), a row each in the accumulation
+    dtype."""
+    x2d, dy2d = rows_of(x, n_cols), rows_of(dy, n_cols)
+    dres2d = rows_of(dres, n_cols) if dres is not None else None
+    w = weight.reshape(-1) if weight is not None else None
+    dx, sums = _norm_bwd_sums(x2d, w, mean, rstd, dy2d, dres2d, need_dw, need_db, mean is None)
+    return dx.view(x.shape), sums
+
+
+def _setup(ctx, x, normalized_shape, weight, bias, mean, rstd) -> None:
+    ctx.n_cols = _n_cols(normalized_shape)
+    ctx.bias_like = (bias.dtype, bias.shape) if bias is not None else None
+    ctx.save_for_backward(x, weight, mean, rstd)
+
+
+def _backward(ctx, dy, dh, w_index: int, b_index: int | None):
+    x, weight, mean, rstd = ctx.saved_tensors
+    need_dw = ctx.needs_input_grad[w_index]
+    need_db = b_index is not None and ctx.needs_input_grad[b_index]
+    dx, sums = norm_backward_op(x, weight, mean, rstd, dy, dh, ctx.n_cols, need_dw, need_db)
+    dw = sums[0].to(weight.dtype).view(weight.shape) if need_dw else None
+    db = sums[-1].to(ctx.bias_like[0]).view(ctx.bias_like[1]) if need_db else None
+    return dx, dw, db
+
+
+def _setup_layer_norm(ctx, inputs, output) -> None:
+    x, shape, weight, bias, _ = inputs
+    _, mean, rstd = output
+    ctx.mark_non_differentiable(mean, rstd)
+    _setup(ctx, x, shape, weight, bias, mean, rstd)
+
+
+def _backward_layer_norm(ctx, dy, _dmean, _drstd):
+    dx, dw, db = _backward(ctx, dy, None, 2, 3)
+    return dx, None, dw, db, None
+
+
+def _setup_rms_norm(ctx, inputs, output) -> None:
+    x, shape, weight, _ = inputs
+    _, rstd = output
+    ctx.mark_non_differentiable(rstd)
+    _setup(ctx, x, shape, weight, None, None, rstd)
+
+
+def _backward_rms_norm(ctx, dy, _drstd):
+    dx, dw, _ = _backward(ctx, dy, None, 2, None)
+    return dx, None, dw, None
+
+
+def _setup_add_layer_norm(ctx, inputs, output) -> None:
+    _, _, shape, weight, bias, _ = inputs
+    _, h, mean, rstd = output
+    ctx.mark_non_differentiable(mean, rstd)
+    # The fused variant normalises h, which it returns anyway: saving it costs nothing.
+    _setup(ctx, h, shape, weight, bias, mean, rstd)
+
+
+def _backward_add_layer_norm(ctx, dy, dh, _dmean, _drstd):
+    dx, dw, db = _backward(ctx, dy, dh, 3, 4)
+    return dx, dx, None, dw, db, None
+
+
+def _setup_add_rms_norm(ctx, inputs, output) -> None:
+    _, _, shape, weight, _ = inputs
+    _, h, rstd = output
+    ctx.mark_non_differentiable(rstd)
+    _setup(ctx, h, shape, weight, None, None, rstd)
+
+
+def _backward_add_rms_norm(ctx, dy, dh, _drstd):
+    dx, dw, _ = _backward(ctx, dy, dh, 3, None)
+    return dx, dx, None, dw, None
+
+
+layer_norm_op.register_autograd(_backward_layer_norm, setup_context=_setup_layer_norm)
+rms_norm_op.register_autograd(_backward_rms_norm, setup_context=_setup_rms_norm)
+add_layer_norm_op.register_autograd(_backward_add_layer_norm, setup_context=_setup_add_layer_norm)
+add_rms_norm_op.register_autograd(_backward_add_rms_norm, setup_context=_setup_add_rms_norm)

@@ -1,10 +1,10 @@
-"""rms_norm and the fused residual add + rms_norm (kernels in norm.py)."""
+"""rms_norm and the fused residual add + rms_norm (kernels and operators in norm.py)."""
 from __future__ import annotations
 
 import torch
 
 from reference_kernels.triton._common import check_same_device, check_tensor
-from reference_kernels.triton.norm import NormFunction, check_norm_args
+from reference_kernels.triton.norm import add_rms_norm_op, check_norm_args, rms_norm_op
 
 
 def _eps_for(x: torch.Tensor, eps: float | None) -> float:
@@ -23,8 +23,8 @@ def rms_norm(x: torch.Tensor, normalized_shape, weight: torch.Tensor | None = No
              eps: float | None = None) -> torch.Tensor:
     """torch.nn.functional.rms_norm, with or without a weight."""
     _check_params("rms_norm", x, weight)
-    n_cols = check_norm_args("rms_norm", x, normalized_shape, ("weight", weight))
-    return NormFunction.apply(x, None, weight, None, n_cols, _eps_for(x, eps), True)
+    shape = check_norm_args("rms_norm", x, normalized_shape, ("weight", weight))
+    return rms_norm_op(x, shape, weight, _eps_for(x, eps))[0]
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, normalized_shape,
@@ -37,5 +37,6 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, normalized_shape,
     if residual.shape != x.shape:
         raise ValueError(f"add_rms_norm: residual has shape {list(residual.shape)}, "
                          f"x has {list(x.shape)}; they must match")
-    n_cols = check_norm_args("add_rms_norm", x, normalized_shape, ("weight", weight))
-    return NormFunction.apply(x, residual, weight, None, n_cols, _eps_for(x, eps), True)
+    shape = check_norm_args("add_rms_norm", x, normalized_shape, ("weight", weight))
+    y, h, _ = add_rms_norm_op(x, residual, shape, weight, _eps_for(x, eps))
+    return y, h

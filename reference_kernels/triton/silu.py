@@ -8,6 +8,7 @@ import triton.language as tl
 from reference_kernels.triton._common import (
     ELEMENTWISE_BLOCK, ELEMENTWISE_WARPS, acc_type, check_tensor, elementwise_grid, flat,
 )
+from reference_kernels.triton._ops import kernel_op, launcher
 
 
 @triton.jit
@@ -33,35 +34,51 @@ def _silu_bwd(x_ptr, dy_ptr, dx_ptr, n, ACC: tl.constexpr, BLOCK: tl.constexpr):
 
 def silu_fwd(x1d: torch.Tensor) -> torch.Tensor:
     y = torch.empty_like(x1d)
-    if y.numel():
-        _silu_fwd[elementwise_grid(y.numel())](x1d, y, y.numel(), ACC=acc_type(x1d.dtype),
-                                               BLOCK=ELEMENTWISE_BLOCK, num_warps=ELEMENTWISE_WARPS)
+    n = int(y.numel())  # a SymInt while AOTAutograd traces the triton_op
+    if n:
+        launcher(_silu_fwd)[elementwise_grid(n)](
+            x1d, y, n, ACC=acc_type(x1d.dtype), BLOCK=ELEMENTWISE_BLOCK,
+            num_warps=ELEMENTWISE_WARPS)
     return y
 
 
 def silu_bwd(x1d: torch.Tensor, dy1d: torch.Tensor) -> torch.Tensor:
     dx = torch.empty_like(x1d)
-    if dx.numel():
-        _silu_bwd[elementwise_grid(dx.numel())](x1d, dy1d, dx, dx.numel(),
-                                                ACC=acc_type(x1d.dtype), BLOCK=ELEMENTWISE_BLOCK,
-                                                num_warps=ELEMENTWISE_WARPS)
+    n = int(dx.numel())  # a SymInt while AOTAutograd traces the triton_op
+    if n:
+        launcher(_silu_bwd)[elementwise_grid(n)](
+            x1d, dy1d, dx, n, ACC=acc_type(x1d.dtype), BLOCK=ELEMENTWISE_BLOCK,
+            num_warps=ELEMENTWISE_WARPS)
     return dx
 
 
-class _Silu(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        x1d = flat(x)
-        ctx.save_for_backward(x1d)
-        return silu_fwd(x1d).view(x.shape)
+def _like(x: torch.Tensor, *_) -> torch.Tensor:
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
-    @staticmethod
-    def backward(ctx, dy: torch.Tensor):
-        (x1d,) = ctx.saved_tensors
-        return silu_bwd(x1d, flat(dy)).view(dy.shape)
+
+@kernel_op("silu", _like)
+def silu_op(x: torch.Tensor) -> torch.Tensor:
+    return silu_fwd(flat(x)).view(x.shape)
+
+
+@kernel_op("silu_backward", _like)
+def silu_backward_op(x: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    return silu_bwd(flat(x), flat(dy)).view(x.shape)
+
+
+def _setup(ctx, inputs, output) -> None:
+    ctx.save_for_backward(inputs[0])
+
+
+def _backward(ctx, dy: torch.Tensor):
+    (x,) = ctx.saved_tensors
+    return silu_backward_op(x, dy)
+
+
+silu_op.register_autograd(_backward, setup_context=_setup)
 
 
 def silu(x: torch.Tensor) -> torch.Tensor:
     """torch.nn.functional.silu(x)."""
     check_tensor("silu", "x", x)
-    return _Silu.apply(x)
+    return silu_op(x)

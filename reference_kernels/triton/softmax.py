@@ -6,6 +6,7 @@ served from L2.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -13,8 +14,10 @@ import triton
 import triton.language as tl
 
 from reference_kernels.triton._common import (
-    INTERPRETED, acc_type, as_rows, check_tensor, num_warps_for, online_update, rows_per_program,
+    INTERPRETED, acc_type, as_rows, check_tensor, ints, num_warps_for, online_update,
+    rows_per_program,
 )
+from reference_kernels.triton._ops import kernel_op, launcher
 
 SINGLE_BLOCK_COLS = 32768
 # NB: the CPU interpreter pays per op, not per element: bigger chunks, same code path.
@@ -137,6 +140,7 @@ ONE_WARP_COLS = 128
 ONE_WARP_ELEMENTS = 1024
 
 
+@functools.lru_cache(maxsize=1024)
 def block_config(n_rows: int, n_cols: int) -> BlockConfig:
     block_n = triton.next_power_of_2(n_cols)
     block_m = rows_per_program(block_n, n_rows)
@@ -147,7 +151,7 @@ def block_config(n_rows: int, n_cols: int) -> BlockConfig:
 
 def softmax_fwd(x2d: torch.Tensor, log: bool, config: BlockConfig | None = None) -> torch.Tensor:
     """softmax (log=False) or log_softmax of each row of a (rows, cols) unit-stride view."""
-    n_rows, n_cols = x2d.shape
+    n_rows, n_cols, row_stride = ints(*x2d.shape, x2d.stride(0))
     y = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=x2d.device)
     if y.numel() == 0:
         return y
@@ -155,71 +159,94 @@ def softmax_fwd(x2d: torch.Tensor, log: bool, config: BlockConfig | None = None)
     if n_cols <= SINGLE_BLOCK_COLS:
         config = config or block_config(n_rows, n_cols)
         grid = (triton.cdiv(n_rows, config.block_m),)
-        _softmax_fwd_block[grid](x2d, y, n_rows, n_cols, x2d.stride(0), LOG=log, ACC=acc,
-                                 BLOCK_M=config.block_m, BLOCK_N=triton.next_power_of_2(n_cols),
-                                 num_warps=config.num_warps)
+        launcher(_softmax_fwd_block)[grid](
+            x2d, y, n_rows, n_cols, row_stride, LOG=log, ACC=acc, BLOCK_M=config.block_m,
+            BLOCK_N=triton.next_power_of_2(n_cols), num_warps=config.num_warps)
     else:
-        _softmax_fwd_loop[(n_rows,)](x2d, y, n_cols, x2d.stride(0), LOG=log, ACC=acc,
-                                     BLOCK_N=LOOP_BLOCK_COLS,
-                                     num_warps=num_warps_for(LOOP_BLOCK_COLS))
+        launcher(_softmax_fwd_loop)[(n_rows,)](
+            x2d, y, n_cols, row_stride, LOG=log, ACC=acc, BLOCK_N=LOOP_BLOCK_COLS,
+            num_warps=num_warps_for(LOOP_BLOCK_COLS))
     return y
 
 
 def softmax_bwd(y2d: torch.Tensor, dy2d: torch.Tensor, log: bool,
                 config: BlockConfig | None = None) -> torch.Tensor:
     """Gradient of softmax/log_softmax from its output y and the upstream gradient dy."""
-    n_rows, n_cols = y2d.shape
+    n_rows, n_cols = ints(*y2d.shape)
     dx = torch.empty((n_rows, n_cols), dtype=y2d.dtype, device=y2d.device)
     if dx.numel() == 0:
         return dx
     acc = acc_type(y2d.dtype)
-    strides = (y2d.stride(0), dy2d.stride(0))
+    strides = ints(y2d.stride(0), dy2d.stride(0))
     if n_cols <= SINGLE_BLOCK_COLS:
         config = config or block_config(n_rows, n_cols)
         grid = (triton.cdiv(n_rows, config.block_m),)
-        _softmax_bwd_block[grid](y2d, dy2d, dx, n_rows, n_cols, *strides, LOG=log, ACC=acc,
-                                 BLOCK_M=config.block_m, BLOCK_N=triton.next_power_of_2(n_cols),
-                                 num_warps=config.num_warps)
+        launcher(_softmax_bwd_block)[grid](
+            y2d, dy2d, dx, n_rows, n_cols, *strides, LOG=log, ACC=acc, BLOCK_M=config.block_m,
+            BLOCK_N=triton.next_power_of_2(n_cols), num_warps=config.num_warps)
     else:
-        _softmax_bwd_loop[(n_rows,)](y2d, dy2d, dx, n_cols, *strides, LOG=log, ACC=acc,
-                                     BLOCK_N=LOOP_BLOCK_COLS,
-                                     num_warps=num_warps_for(LOOP_BLOCK_COLS))
+        launcher(_softmax_bwd_loop)[(n_rows,)](
+            y2d, dy2d, dx, n_cols, *strides, LOG=log, ACC=acc, BLOCK_N=LOOP_BLOCK_COLS,
+            num_warps=num_warps_for(LOOP_BLOCK_COLS))
     return dx
 
 
-class _SoftmaxLastDim(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, log: bool) -> torch.Tensor:
-        y = softmax_fwd(as_rows(x), log)
-        ctx.save_for_backward(y)
-        ctx.log = log
-        return y.view(x.shape)
-
-    @staticmethod
-    def backward(ctx, dy: torch.Tensor):
-        (y,) = ctx.saved_tensors
-        dx = softmax_bwd(y, as_rows(dy.to(y.dtype)), ctx.log)
-        return dx.view(dy.shape), None
+def _like(x: torch.Tensor) -> torch.Tensor:
+    """Fake implementation: a contiguous tensor of x's shape, dtype and device."""
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
-def _apply(fn_name: str, x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
+@kernel_op("softmax", _like)
+def _softmax_op(x: torch.Tensor) -> torch.Tensor:
+    return softmax_fwd(as_rows(x), False).view(x.shape)
+
+
+@kernel_op("log_softmax", _like)
+def _log_softmax_op(x: torch.Tensor) -> torch.Tensor:
+    return softmax_fwd(as_rows(x), True).view(x.shape)
+
+
+@kernel_op("softmax_backward", lambda y, dy, log: _like(y))
+def _softmax_backward_op(y: torch.Tensor, dy: torch.Tensor, log: bool) -> torch.Tensor:
+    """Input gradient of softmax (log=False) or log_softmax over the last dim, from the output."""
+    return softmax_bwd(as_rows(y), as_rows(dy), log).view(y.shape)
+
+
+def _save_output(ctx, inputs, output) -> None:
+    ctx.save_for_backward(output)
+
+
+def _softmax_backward(ctx, dy: torch.Tensor):
+    (y,) = ctx.saved_tensors
+    return _softmax_backward_op(y, dy.to(y.dtype), False)
+
+
+def _log_softmax_backward(ctx, dy: torch.Tensor):
+    (y,) = ctx.saved_tensors
+    return _softmax_backward_op(y, dy.to(y.dtype), True)
+
+
+_softmax_op.register_autograd(_softmax_backward, setup_context=_save_output)
+_log_softmax_op.register_autograd(_log_softmax_backward, setup_context=_save_output)
+
+
+def _apply(fn_name: str, op, x: torch.Tensor, dim: int) -> torch.Tensor:
     check_tensor(fn_name, "x", x)
     if x.dim() == 0:
-        return _SoftmaxLastDim.apply(x.reshape(1), log).reshape(())
+        return op(x.reshape(1)).reshape(())
     if not -x.dim() <= dim < x.dim():
         raise ValueError(f"{fn_name}: dim {dim} is out of range for a {x.dim()}-d tensor")
-    last = dim % x.dim() == x.dim() - 1
+    if dim % x.dim() == x.dim() - 1:
+        return op(x)
     # Another dim: normalise a copy with that dim moved last (one extra read and write).
-    x_last = x if last else x.movedim(dim, -1).contiguous()
-    y = _SoftmaxLastDim.apply(x_last, log)
-    return y if last else y.movedim(-1, dim)
+    return op(x.movedim(dim, -1).contiguous()).movedim(-1, dim)
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """torch.softmax(x, dim) for float32/float16/bfloat16 (float64 for gradcheck)."""
-    return _apply("softmax", x, dim, log=False)
+    return _apply("softmax", _softmax_op, x, dim)
 
 
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """torch.log_softmax(x, dim) for float32/float16/bfloat16 (float64 for gradcheck)."""
-    return _apply("log_softmax", x, dim, log=True)
+    return _apply("log_softmax", _log_softmax_op, x, dim)

@@ -9,6 +9,7 @@ from reference_kernels.triton._common import (
     ELEMENTWISE_BLOCK, ELEMENTWISE_WARPS, acc_type, check_same_device, check_tensor,
     elementwise_grid, flat,
 )
+from reference_kernels.triton._ops import kernel_op, launcher
 
 
 @triton.jit
@@ -38,35 +39,50 @@ def _swiglu_bwd(a_ptr, b_ptr, dy_ptr, da_ptr, db_ptr, n, ACC: tl.constexpr,
 
 def swiglu_fwd(a1d: torch.Tensor, b1d: torch.Tensor) -> torch.Tensor:
     y = torch.empty_like(a1d)
-    if y.numel():
-        _swiglu_fwd[elementwise_grid(y.numel())](a1d, b1d, y, y.numel(), ACC=acc_type(a1d.dtype),
-                                                 BLOCK=ELEMENTWISE_BLOCK,
-                                                 num_warps=ELEMENTWISE_WARPS)
+    n = int(y.numel())  # a SymInt while AOTAutograd traces the triton_op
+    if n:
+        launcher(_swiglu_fwd)[elementwise_grid(n)](
+            a1d, b1d, y, n, ACC=acc_type(a1d.dtype), BLOCK=ELEMENTWISE_BLOCK,
+            num_warps=ELEMENTWISE_WARPS)
     return y
 
 
 def swiglu_bwd(a1d: torch.Tensor, b1d: torch.Tensor, dy1d: torch.Tensor):
     da, db = torch.empty_like(a1d), torch.empty_like(b1d)
-    if da.numel():
-        _swiglu_bwd[elementwise_grid(da.numel())](a1d, b1d, dy1d, da, db, da.numel(),
-                                                  ACC=acc_type(a1d.dtype),
-                                                  BLOCK=ELEMENTWISE_BLOCK,
-                                                  num_warps=ELEMENTWISE_WARPS)
+    n = int(da.numel())  # a SymInt while AOTAutograd traces the triton_op
+    if n:
+        launcher(_swiglu_bwd)[elementwise_grid(n)](
+            a1d, b1d, dy1d, da, db, n, ACC=acc_type(a1d.dtype), BLOCK=ELEMENTWISE_BLOCK,
+            num_warps=ELEMENTWISE_WARPS)
     return da, db
 
 
-class _Swiglu(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        a1d, b1d = flat(a), flat(b)
-        ctx.save_for_backward(a1d, b1d)
-        return swiglu_fwd(a1d, b1d).view(a.shape)
+def _like(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
-    @staticmethod
-    def backward(ctx, dy: torch.Tensor):
-        a1d, b1d = ctx.saved_tensors
-        da, db = swiglu_bwd(a1d, b1d, flat(dy))
-        return da.view(dy.shape), db.view(dy.shape)
+
+@kernel_op("swiglu", lambda a, b: _like(a))
+def swiglu_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return swiglu_fwd(flat(a), flat(b)).view(a.shape)
+
+
+@kernel_op("swiglu_backward", lambda a, b, dy: (_like(a), _like(b)))
+def swiglu_backward_op(a: torch.Tensor, b: torch.Tensor, dy: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    da, db = swiglu_bwd(flat(a), flat(b), flat(dy))
+    return da.view(a.shape), db.view(b.shape)
+
+
+def _setup(ctx, inputs, output) -> None:
+    ctx.save_for_backward(*inputs)
+
+
+def _backward(ctx, dy: torch.Tensor):
+    a, b = ctx.saved_tensors
+    return swiglu_backward_op(a, b, dy)
+
+
+swiglu_op.register_autograd(_backward, setup_context=_setup)
 
 
 def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -77,4 +93,4 @@ def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.shape != b.shape:
         raise ValueError(f"swiglu: a has shape {list(a.shape)}, b has {list(b.shape)}; "
                          "they must match (no broadcasting)")
-    return _Swiglu.apply(a, b)
+    return swiglu_op(a, b)

@@ -17,8 +17,8 @@ the shipped bf16 backward at sizes from 64x1024 up with each partial-row sum (to
 _sum_parts), per call back to back and on a CUDA graph: the data behind
 norm.TRITON_SUM_MIN_ELEMENTS.
 
-    python benchmarks/explore_norm_backward.py --out DIR     (writes explore_norm_backward.json)
-    python benchmarks/explore_norm_backward.py --out DIR --once   (one untimed launch each, for ncu)
+    python benchmarks/studies/explore_norm_backward.py --out DIR     (writes explore_norm_backward.json)
+    python benchmarks/studies/explore_norm_backward.py --out DIR --once   (one untimed launch each, for ncu)
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_kernels import (  # noqa: E402

@@ -6,7 +6,7 @@ host's time per call (perf_counter over calls that are not waited for), and the 
 kernel time per call (torch.profiler, CUDA activity); once before and once after a
 torch.compile in the same process, as the sweep interleaves them.
 
-    python benchmarks/ce_short_batch.py --out DIR     (writes ce_short_batch.json)
+    python benchmarks/studies/ce_short_batch.py --out DIR     (writes ce_short_batch.json)
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_kernels import _bench_noflush, kernel_times  # noqa: E402

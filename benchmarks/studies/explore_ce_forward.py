@@ -10,8 +10,8 @@ launch, persistent programs, the forward without the target logit, and read-only
 then the block loop on Llama-3-sized rows (4096 x 128256): blocks, warps, cp.async stages.
 Every variant that computes a loss is checked against the shipped kernel before it is timed.
 
-    python benchmarks/explore_ce_forward.py --out DIR     (writes explore_ce_forward.json)
-    python benchmarks/explore_ce_forward.py --out DIR --once   (one untimed launch each, for ncu)
+    python benchmarks/studies/explore_ce_forward.py --out DIR     (writes explore_ce_forward.json)
+    python benchmarks/studies/explore_ce_forward.py --out DIR --once   (one untimed launch each, for ncu)
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_kernels import (  # noqa: E402
