@@ -93,3 +93,20 @@ def test_torch_compile_variant_reports_compile_time(examples_dir, advisor_home):
     compiled = variants["torch.compile"]
     assert compiled["status"] == "passed" and compiled["compile_s"] > 0 and compiled["step_s"]["value"] > 0
     assert_measured(variants["triton.gelu"])
+
+
+def test_compile_plus_kernel_is_timed_against_torch_compile(examples_dir, advisor_home):
+    # the mlp's two F.gelu calls become advisor_kernels::gelu nodes of the compiled graph
+    result = CliRunner().invoke(kernel_advisor.cli.app, [
+        "try-kernel", f"{examples_dir}/mlp.py", "triton.gelu", "--device", "cuda", "--reps", "10", "--draws", "1",
+        "--mode", "train", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    variants = {v["name"]: v for v in out["variants"]}
+    plain, with_kernel = variants["torch.compile"], variants["torch.compile + triton.gelu"]
+    assert with_kernel["kind"] == "compile+kernel" and with_kernel["status"] == "passed", with_kernel["reason"]
+    assert with_kernel["graph_breaks"] == plain["graph_breaks"] == 0 and with_kernel["calls"] == 2
+    assert with_kernel["timing_label"] == "CUDA events" and with_kernel["compile_s"] > 0
+    e = with_kernel["speedup_vs_compile"]
+    assert e["low"] <= e["value"] <= e["high"] and with_kernel["verdict_vs_compile"]
+    assert any("against torch.compile alone" in n for n in out["notes"])

@@ -35,7 +35,7 @@ def run_try_kernel(loaded: LoadedModel, kernel_ids: Sequence[str], together: boo
     cands, notes = _candidates(loaded, kernel_ids, impl, op, ctx, options)
     sets, set_notes = build_sets(cands, together)
     report = try_candidates(loaded, sets, options, ctx.evidence, progress)
-    all_notes = [*ctx.notes, *notes, *set_notes, *_timing_notes(report, loaded, options)]
+    all_notes = [*ctx.notes, *notes, *set_notes, *report.notes, *_timing_notes(report, loaded, options)]
     report = dataclasses.replace(report, notes=tuple(all_notes))
     payload = report_json(report, {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                    "run": str(ctx.path) if ctx.path else None, "args": args})

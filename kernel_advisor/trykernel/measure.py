@@ -11,6 +11,7 @@ import torch
 
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.runner import make_step
+from kernel_advisor.trykernel import compiled as kernel_compiled
 from kernel_advisor.trykernel.candidates import baseline_markers
 from kernel_advisor.trykernel.prediction import RunEvidence, predict
 from kernel_advisor.trykernel.results import (SUSPECT_SPEEDUP, GateSummary, OpTiming, TryReport,
@@ -33,18 +34,25 @@ class GateOutcome:
     compile_gate: GateSummary | None
     compile_state: GateState
     ref_reason: str
+    compile_graphs: kernel_compiled.GraphSummary | None = None  # the plain compiled model's
+    with_kernels: tuple[kernel_compiled.KernelCompiled, ...] = ()  # "torch.compile + <set>"
+    with_kernels_gates: dict[str, GateSummary] = dataclasses.field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
 
 def measure(loaded: LoadedModel, sets: Sequence[CandidateSet], outcome: GateOutcome, options: TryOptions,
             evidence: RunEvidence, report) -> TryReport:
     dev = loaded.device
     label, timed_sets, why = timing_plan(sets, outcome.gates, dev.type, options)
+    timed_kernels, why_kernels = _with_kernels_plan(outcome, dev.type, label)
     eager_step = make_step(loaded, options.mode)
     timed = [TimedVariant(EAGER, contextlib.nullcontext, eager_step)]
     compile_ok = outcome.compile_gate is not None and outcome.compile_gate.status == "passed"
     if compile_ok:
         step = make_step(dataclasses.replace(loaded, model=outcome.compiled), options.mode)
         timed.append(TimedVariant(compile_name(options), contextlib.nullcontext, step))
+    timed += [TimedVariant(v.name, v.activate, make_step(dataclasses.replace(loaded, model=v.model),
+                                                         options.mode)) for v in timed_kernels]
     timed += [TimedVariant(s.name, activation(s, dev.type), eager_step) for s in timed_sets]
     times, peaks, ops, eager_device_s = {}, {}, {}, 0.0
     if label:
@@ -56,9 +64,14 @@ def measure(loaded: LoadedModel, sets: Sequence[CandidateSet], outcome: GateOutc
         report("per-op profile", 3, 3)
     results = [_eager(times.get(EAGER), peaks.get(EAGER), label)]
     if outcome.compiled is not None:
-        results.append(_result(compile_name(options), "compile", outcome.compile_gate, times, peaks,
-                               label if compile_ok else "not timed: " + outcome.compile_gate.status,
-                               compile_s=outcome.compile_state.compile_s))
+        plain = _result(compile_name(options), "compile", outcome.compile_gate, times, peaks,
+                        label if compile_ok else "not timed: " + outcome.compile_gate.status,
+                        compile_s=outcome.compile_state.compile_s)
+        results.append(_with_graphs(plain, outcome.compile_graphs))
+    for v in outcome.with_kernels:
+        results.append(_with_kernel_result(v, outcome.with_kernels_gates[v.name], times, peaks,
+                                           label if v in timed_kernels else f"not timed: {why_kernels[v.name]}",
+                                           compile_name(options)))
     for s in sets:
         op = ops.get(s.name)
         gain = _gain(times.get(s.name), times.get(EAGER))
@@ -68,7 +81,7 @@ def measure(loaded: LoadedModel, sets: Sequence[CandidateSet], outcome: GateOutc
                                s=s, state=outcome.states[s.name], op=op, prediction=pred))
     return TryReport(model=str(loaded.path), device=_device_name(dev), mode=options.mode, dtype=_dtype_name(loaded),
                      timing=label or "none (check only)", float64_reference=outcome.ref_reason,
-                     variants=tuple(results), notes=())
+                     variants=tuple(results), notes=outcome.notes + tuple(with_kernel_notes(results)))
 
 
 def nothing_timed(options: TryOptions) -> str:
@@ -96,6 +109,69 @@ def timing_plan(sets: Sequence[CandidateSet], gates: dict[str, GateSummary], dev
         else:
             timed.append(s)
     return ("CUDA events" if device_type == "cuda" else "CPU timing"), timed, why
+
+
+def _with_kernels_plan(outcome: GateOutcome, device_type: str, label: str
+                       ) -> tuple[list[kernel_compiled.KernelCompiled], dict[str, str]]:
+    """The "torch.compile + <set>" variants timed, and why each other one is not."""
+    timed, why = [], {}
+    for v in outcome.with_kernels:
+        status = outcome.with_kernels_gates[v.name].status
+        if not label:
+            why[v.name] = "nothing is timed"
+        elif status != "passed":
+            why[v.name] = status
+        elif device_type == "cpu" and v.set.interpreted_on_cpu:
+            why[v.name] = INTERPRETED
+        else:
+            timed.append(v)
+    return timed, why
+
+
+def _with_graphs(result: VariantResult, graphs: kernel_compiled.GraphSummary | None) -> VariantResult:
+    if graphs is None:
+        return result
+    return dataclasses.replace(result, graph_breaks=graphs.breaks, break_reasons=graphs.break_reasons)
+
+
+def _with_kernel_result(v: kernel_compiled.KernelCompiled, gate: GateSummary, times: dict, peaks: dict,
+                        label: str, compile_label: str) -> VariantResult:
+    base = _result(v.name, kernel_compiled.KIND, gate, times, peaks, label, s=v.set, compile_s=v.state.compile_s)
+    sites = v.member_sites()
+    mine, plain = times.get(v.name), times.get(compile_label)
+    vs_compile = speedup_ci(plain, mine) if mine and plain else None
+    return _with_graphs(dataclasses.replace(base, calls=sum(n for _, n in sites), member_calls=sites,
+                                            speedup_vs_compile=vs_compile,
+                                            verdict_vs_compile=verdict(vs_compile) if vs_compile else ""),
+                        v.graphs)
+
+
+def with_kernel_notes(results: Sequence[VariantResult]) -> list[str]:
+    """Per "torch.compile + <set>": its graph breaks next to torch.compile's, its call sites, and
+    whether the kernel still pays once the rest of the model is compiled."""
+    plain = next((r for r in results if r.kind == "compile"), None)
+    notes = []
+    for r in results:
+        if r.kind != kernel_compiled.KIND or r.graph_breaks is None:
+            continue
+        alone = f" (torch.compile alone: {plain.graph_breaks})" if plain and plain.graph_breaks is not None else ""
+        line = f"{r.name}: {r.graph_breaks} graph break(s){alone}"
+        if r.calls:
+            line += f"; the kernel is called at {r.calls} site(s) of the compiled graphs"
+        added = [x for x in r.break_reasons if not plain or x not in plain.break_reasons]
+        if added:
+            line += f"; break: {added[0]}"
+        notes.append(line)
+        e = r.speedup_vs_compile
+        if e is not None:
+            notes.append(f"{r.name}: {e.value:.2f}× [{e.low:.2f}, {e.high:.2f}] against torch.compile alone — "
+                         + VS_COMPILE.get(r.verdict_vs_compile, r.verdict_vs_compile))
+    return notes
+
+
+VS_COMPILE = {"faster": "the kernel still pays once the rest of the model is compiled",
+              "slower": "torch.compile alone is faster: the kernel does not pay here",
+              "no measurable difference": "no measurable difference from torch.compile alone"}
 
 
 def _op_times(timed_sets, eager_step, options: TryOptions, dev) -> tuple[dict[str, OpTiming], float]:

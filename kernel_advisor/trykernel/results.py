@@ -43,12 +43,13 @@ class Prediction:
 @dataclass(frozen=True)
 class VariantResult:
     name: str
-    kind: str  # "eager", "compile", "candidate", "combined"
+    kind: str  # "eager", "compile", "candidate", "combined", "compile+kernel"
     kernel_ids: tuple[str, ...]
     targets: tuple[str, ...]  # what it replaced: aten overloads and pattern matches
     status: str  # "baseline", "passed", "FAILED", "not applied"
     reason: str
-    calls: int  # candidate invocations during the gate (the proof it ran)
+    calls: int  # candidate invocations during the gate (the proof it ran); compile+kernel: the
+    # kernels' call sites in the compiled graphs of one forward
     fallback_calls: int
     fallback_reasons: tuple[str, ...]
     gate: GateSummary | None
@@ -62,6 +63,13 @@ class VariantResult:
     suspect: str  # why the speedup looks too good, "" otherwise
     compile_s: float | None  # torch.compile only: the first call's wall time
     member_calls: tuple[tuple[str, int], ...] = ()  # per kernel id: its share of `calls`
+    # torch.compile variants: Dynamo's graph breaks in one forward (None: not traced) and why
+    graph_breaks: int | None = None
+    break_reasons: tuple[str, ...] = ()
+    # compile+kernel only: torch.compile's step time / this variant's (the kernel's gain once the
+    # rest of the model is compiled), and its verdict
+    speedup_vs_compile: Estimate | None = None
+    verdict_vs_compile: str = ""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,10 @@ every child module and parameter with the original.
 With `fn=None` a swap runs the original computation; with `marker=True` the replaced part
 runs inside a `try_kernel::<pattern>` profiler range, so the baseline's and the candidate's
 device time for exactly that part can be read from torch.profiler.
+
+With `traced=True` (the compiled variants, which Dynamo traces) a swap only decides whether
+the kernel takes the call and calls it: no counting, no check, no re-entrancy guard, no
+profiler range, since each would be a Python side effect inside the compiled code.
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ class ModuleSwap:
     has_backward: bool
     tolerance: Tolerance
     marker: bool = False
+    traced: bool = False  # called from code torch.compile traces: support check and call only
 
 
 def marker_name(pattern: str) -> str:
@@ -50,11 +55,26 @@ def marker_name(pattern: str) -> str:
 
 @contextmanager
 def swap_modules(swaps: Sequence[ModuleSwap], check: bool) -> Iterator[None]:
+    with patched_forwards(build_forwards(swaps, check)):
+        yield
+
+
+Forwards = list[tuple[nn.Module, Callable]]
+
+
+def build_forwards(swaps: Sequence[ModuleSwap], check: bool) -> Forwards:
+    """(module, forward) for every swap, in the order they are patched in (a later forward of
+    the same module wraps the earlier one). Built once, they can be patched in many times:
+    torch.compile guards on the forward functions, so the compiled variants reuse them."""
     saved: list[tuple[nn.Module, Any]] = []
+    built: Forwards = []
     try:
+        # patched as they are built: a residual rewrite traces its parent's forward as it is then
         for swap in swaps:
             if not isinstance(swap.match, ResidualNormMatch):
-                _patch(saved, swap.match.module, _forward_for(swap, swap.match.module.forward, check))
+                forward = _forward_for(swap, swap.match.module.forward, check)
+                _patch(saved, swap.match.module, forward)
+                built.append((swap.match.module, forward))
         by_parent: dict[int, list[ModuleSwap]] = defaultdict(list)
         for swap in swaps:
             if isinstance(swap.match, ResidualNormMatch):
@@ -63,13 +83,30 @@ def swap_modules(swaps: Sequence[ModuleSwap], check: bool) -> Iterator[None]:
             gm = _rewrite_residuals(group, check)
             if gm is not None:
                 _patch(saved, group[0].match.module, gm.forward)
+                built.append((group[0].match.module, gm.forward))
+        return built
+    finally:
+        _restore(saved)
+
+
+@contextmanager
+def patched_forwards(forwards: Forwards) -> Iterator[None]:
+    """The modules' forwards replaced while inside, restored on exit (exceptions included)."""
+    saved: list[tuple[nn.Module, Any]] = []
+    try:
+        for module, forward in forwards:
+            _patch(saved, module, forward)
         yield
     finally:
-        for module, previous in reversed(saved):
-            if previous is _MISSING:
-                module.__dict__.pop("forward", None)
-            else:
-                module.__dict__["forward"] = previous
+        _restore(saved)
+
+
+def _restore(saved: list[tuple[nn.Module, Any]]) -> None:
+    for module, previous in reversed(saved):
+        if previous is _MISSING:
+            module.__dict__.pop("forward", None)
+        else:
+            module.__dict__["forward"] = previous
 
 
 _MISSING = object()
@@ -95,6 +132,12 @@ def _forward_for(swap: ModuleSwap, original: Callable, check: bool) -> Callable:
 def _rmsnorm_forward(swap: ModuleSwap, original: Callable, check: bool) -> Callable:
     match = swap.match
 
+    def traced_forward(x, *args, **kwargs):
+        if args or kwargs or unsupported_input(x, swap.dtypes, swap.has_backward, True, match.weight):
+            return original(x, *args, **kwargs)
+        eps = torch.finfo(x.dtype).eps if match.eps is None else match.eps
+        return swap.fn(x, [x.shape[-1]], match.weight, eps)
+
     def forward(x, *args, **kwargs):
         if args or kwargs or reentrant():
             return original(x, *args, **kwargs)
@@ -109,11 +152,17 @@ def _rmsnorm_forward(swap: ModuleSwap, original: Callable, check: bool) -> Calla
             return invoke(swap.log, lambda: swap.fn(x, [x.shape[-1]], match.weight, eps),
                           lambda: original(x), check, swap.tolerance(x.dtype))
 
-    return forward
+    return traced_forward if swap.traced else forward
 
 
 def _swiglu_forward(swap: ModuleSwap, original: Callable, check: bool) -> Callable:
     match = swap.match
+
+    def traced_forward(x, *args, **kwargs):
+        if args or kwargs:
+            return original(x, *args, **kwargs)
+        a, b = match.gate(x), match.up(x)
+        return match.down(F.silu(a) * b if _swiglu_unsupported(swap, a, b) else swap.fn(a, b))
 
     def forward(x, *args, **kwargs):
         if args or kwargs or reentrant():
@@ -123,15 +172,20 @@ def _swiglu_forward(swap: ModuleSwap, original: Callable, check: bool) -> Callab
             h = _swiglu_hidden(swap, a, b, check)
         return match.down(h)
 
-    return forward
+    return traced_forward if swap.traced else forward
+
+
+def _swiglu_unsupported(swap: ModuleSwap, a: torch.Tensor, b: torch.Tensor) -> str:
+    reason = unsupported_input(a, swap.dtypes, swap.has_backward, True, b)
+    if not reason and a.shape != b.shape:
+        reason = "gate and up projections differ in shape"
+    return reason
 
 
 def _swiglu_hidden(swap: ModuleSwap, a: torch.Tensor, b: torch.Tensor, check: bool) -> torch.Tensor:
     if swap.fn is None:
         return F.silu(a) * b
-    reason = unsupported_input(a, swap.dtypes, swap.has_backward, True, b)
-    if not reason and a.shape != b.shape:
-        reason = "gate and up projections differ in shape"
+    reason = _swiglu_unsupported(swap, a, b)
     if reason:
         swap.log.fallback(reason)
         return F.silu(a) * b
@@ -153,6 +207,8 @@ class _ResidualNorm(nn.Module):
             summed = x + residual
             return norm(summed), summed
 
+        if swap.traced:
+            return original() if self._unsupported(x, residual) else swap.fn(*self._args(x, residual))
         with _marker(swap):
             if swap.fn is None or reentrant():
                 return original()

@@ -1,18 +1,22 @@
-"""Eager, torch.compile and every candidate: gate first, then interleaved timing.
+"""Eager, torch.compile, every candidate and "torch.compile + candidate": gate, then timing.
 
-Order of work: (1) the correctness gate on fresh input draws for every variant, with the
-candidates counted and checked call by call; compile time is the compiled model's first
-call here, never inside the timing; (2) interleaved step timing of the variants that
-passed; (3) per-op device time from torch.profiler and peak memory, per variant.
+Order of work: (0) Dynamo's graphs of the compiled variants (graph breaks, the kernels' call
+sites; compiled.py), before anything is compiled; (1) the correctness gate on fresh input
+draws for every variant, with the candidates counted and checked call by call; compile time
+is a compiled model's first call here, never inside the timing; (2) interleaved step timing
+of the variants that passed; (3) per-op device time from torch.profiler and peak memory, per
+variant.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Callable, Sequence
 
 import torch
 
 from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.trykernel import compiled as kernel_compiled
 from kernel_advisor.trykernel.calls import CallLog
 from kernel_advisor.trykernel.candidates import default_tolerance, installed
 from kernel_advisor.trykernel.capture import capture_step, compare_captures
@@ -20,7 +24,7 @@ from kernel_advisor.trykernel.measure import GateOutcome, measure, nothing_timed
 from kernel_advisor.trykernel.prediction import RunEvidence
 from kernel_advisor.trykernel.reference import FULL_FLOAT64, prepare_reference
 from kernel_advisor.trykernel.results import GateSummary, TryReport
-from kernel_advisor.trykernel.sets import CandidateSet, GateState, TryOptions, new_logs
+from kernel_advisor.trykernel.sets import CandidateSet, GateState, TryOptions, compile_name, new_logs
 
 Progress = Callable[[str, int, int], None]
 
@@ -32,11 +36,22 @@ def try_candidates(loaded: LoadedModel, sets: Sequence[CandidateSet], options: T
     # NB: with nothing timed, compiling (minutes on a large model) would buy nothing.
     timed = not nothing_timed(options)
     compiled = _compile(loaded, options) if options.compile and timed else None
-    states, compile_state, ref_reason = run_gate(loaded, sets, compiled, options, report)
-    outcome = GateOutcome(gates={s.name: summarize_gate(states[s.name], s) for s in sets}, states=states,
-                          compiled=compiled, compile_gate=summarize_compile(compile_state) if compiled is not None else None,
-                          compile_state=compile_state, ref_reason=ref_reason)
-    return measure(loaded, sets, outcome, options, evidence, report)
+    with_kernels, notes = kernel_compiled.plan(loaded, sets, options) if compiled is not None else ([], [])
+    with kernel_compiled.recompile_room(len(with_kernels)):
+        plain_graphs = None
+        if compiled is not None:  # NB: explain resets Dynamo: before anything is compiled
+            plain_graphs, graph_error = kernel_compiled.explain_all(loaded, with_kernels, options.mode)
+            notes += [f"{compile_name(options)}: no graph-break count ({graph_error})"] if graph_error else []
+            report("torch.compile graphs", 1, 1)
+        states, compile_state, ref_reason = run_gate(loaded, sets, compiled, options, report, with_kernels)
+        outcome = GateOutcome(gates={s.name: summarize_gate(states[s.name], s) for s in sets}, states=states,
+                              compiled=compiled,
+                              compile_gate=summarize_compile(compile_state) if compiled is not None else None,
+                              compile_state=compile_state, ref_reason=ref_reason, compile_graphs=plain_graphs,
+                              with_kernels=tuple(with_kernels),
+                              with_kernels_gates={v.name: summarize_with_kernel(v) for v in with_kernels},
+                              notes=tuple(notes))
+        return measure(loaded, sets, outcome, options, evidence, report)
 
 
 def _compile(loaded: LoadedModel, options: TryOptions):
@@ -44,9 +59,11 @@ def _compile(loaded: LoadedModel, options: TryOptions):
 
 
 def run_gate(loaded: LoadedModel, sets: Sequence[CandidateSet], compiled, options: TryOptions,
-             report: Progress) -> tuple[dict[str, GateState], GateState, str]:
+             report: Progress, with_kernels: Sequence[kernel_compiled.KernelCompiled] = ()
+             ) -> tuple[dict[str, GateState], GateState, str]:
     """Gate every variant on fresh draws; returns their states and how the reference went
-    ("" for a float64 reference on every batch item, else reference.py's reason)."""
+    ("" for a float64 reference on every batch item, else reference.py's reason). The
+    "torch.compile + <set>" variants keep their state on themselves."""
     reference = prepare_reference(loaded, options.mode)
     states = {s.name: GateState(new_logs(s)) for s in sets}
     compile_state = GateState({})
@@ -56,26 +73,31 @@ def run_gate(loaded: LoadedModel, sets: Sequence[CandidateSet], compiled, option
         ref = reference.capture(loaded, inputs, options.mode)
         if compiled is not None:
             _gate_compiled(loaded, compiled, inputs, base, ref, compile_state, options.mode)
+        for v in with_kernels:
+            _gate_compiled(loaded, v.model, inputs, base, ref, v.state, options.mode, v.activate,
+                           v.set.tolerance)
         for s in sets:
             _gate_set(loaded, s, inputs, base, ref, states[s.name], options.mode)
         report("correctness gate", d + 1, options.draws)
     return states, compile_state, "" if reference.reason == FULL_FLOAT64 else reference.reason
 
 
-def _gate_compiled(loaded, compiled, inputs, base, ref, state: GateState, mode: str) -> None:
+def _gate_compiled(loaded, compiled, inputs, base, ref, state: GateState, mode: str,
+                   activate=contextlib.nullcontext, tolerance=default_tolerance) -> None:
     if state.error:
         return
     sync = torch.cuda.synchronize if loaded.device.type == "cuda" else (lambda: None)
     t0 = time.perf_counter()
     try:
-        got = capture_step(loaded, compiled, loaded.model, inputs, mode)
+        with activate():
+            got = capture_step(loaded, compiled, loaded.model, inputs, mode)
         sync()
     except Exception as e:  # noqa: BLE001 - a model torch.compile cannot handle is a result too
         state.error = f"torch.compile failed: {_first_line(e)}"
         return
     if state.compile_s is None:
         state.compile_s = time.perf_counter() - t0
-    state.comparisons.extend(compare_captures(got, base, ref, default_tolerance))
+    state.comparisons.extend(compare_captures(got, base, ref, tolerance))
     state.draws += 1
 
 
@@ -121,6 +143,15 @@ def summarize_compile(state: GateState) -> GateSummary:
     bad = next((c for c in state.comparisons if not c.ok), None)
     problem = state.error or (f"{bad.path}: {bad.problem}" if bad else "")
     return _summary(state, "FAILED" if problem else "passed", problem)
+
+
+def summarize_with_kernel(v: kernel_compiled.KernelCompiled) -> GateSummary:
+    """As torch.compile's gate; "not applied" when the compiled graphs never call the kernels."""
+    gate = summarize_compile(v.state)
+    idle = kernel_compiled.not_applied_reason(v)
+    if gate.status == "passed" and idle:
+        return _summary(v.state, "not applied", idle)
+    return gate
 
 
 def _summary(state: GateState, status: str, reason: str) -> GateSummary:
