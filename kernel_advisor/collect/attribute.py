@@ -35,15 +35,12 @@ import pandas as pd
 
 from kernel_advisor.collect.nesting import innermost_marked, innermost_region, nest_ops, self_time_us
 from kernel_advisor.collect.trace_reader import TraceData
+from kernel_advisor.dtypes import PROFILER_NAMES
 from kernel_advisor.errors import UserInputError
 
-PROFILER_TYPES = {
-    "float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
-    "long int": "int64", "int": "int32", "short int": "int16", "signed char": "int8",
-    "unsigned char": "uint8", "bool": "bool", "Scalar": "scalar", "": "",
-    "c10::complex<float>": "complex64", "c10::complex<double>": "complex128",
-    "c10::Float8_e4m3fn": "float8_e4m3fn", "c10::Float8_e5m2": "float8_e5m2",
-}
+# torch.profiler's "Input type" names → what ops.csv holds: torch dtype names (the one dtype
+# table, kernel_advisor/dtypes.py), "scalar" for a Scalar argument, "" for none.
+PROFILER_TYPES = {**PROFILER_NAMES, "Scalar": "scalar", "": ""}
 _STEP_RES = (re.compile(r"^advisor::step#(\d+)$"), re.compile(r"^ProfilerStep#(\d+)$"))
 STEP_MARKERS = ("advisor::step#N", "ProfilerStep#N")  # what each of _STEP_RES is called in messages
 # Namespaced ops a user recognises; autograd engine wrappers and profiler markers are not.

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kernel_advisor import dtypes
 from kernel_advisor.collect.trace_reader import TraceData
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
@@ -29,14 +30,6 @@ _PREFIXES = (("allreduce", "all_reduce"), ("allgather", "all_gather"),
              ("broadcast", "broadcast"), ("sendrecv", "send_recv"), ("send", "send_recv"),
              ("recv", "send_recv"), ("reduce", "reduce"), ("gather", "gather"),
              ("scatter", "scatter"), ("barrier", "barrier"))
-# c10::ScalarType names (kernel "dtype" arg) and profiler type names (gloo "Input type").
-ITEMSIZE_BYTES = {
-    "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2,
-    "Char": 1, "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "ComplexFloat": 8,
-    "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
-    "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
-    "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "c10::complex<float>": 8,
-}
 COMM_COLUMNS = ("collective", "name", "source", "ts_us", "dur_us", "bytes", "group_size", "dtype",
                 "stream")
 COMM_OP_PREFIXES = ("c10d::", "record_param_comms", "nccl:", "gloo:")
@@ -72,8 +65,10 @@ def kernel_collective(name: str) -> str:
 
 
 def itemsize_bytes(dtype: str) -> float:
-    """Bytes per element of a dtype as the profiler names it; NaN when unknown."""
-    return float(ITEMSIZE_BYTES.get(dtype, math.nan))
+    """Bytes per element of a dtype as the trace names it: a c10::ScalarType name (an NCCL
+    kernel's "dtype" arg) or a profiler type name (gloo's "Input type"); NaN when unknown."""
+    size = dtypes.itemsize_bytes(dtype)
+    return math.nan if size is None else float(size)
 
 
 # ---------------------------------------------------------------- bandwidth formulas

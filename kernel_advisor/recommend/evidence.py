@@ -11,20 +11,17 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from kernel_advisor.collect.step_time import step_time_of
+from kernel_advisor.dtypes import is_floating
 
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
             "aten::addbmm", "aten::_addmm_activation")
 CONV_OPS = ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution",
             "aten::cudnn_convolution", "aten::conv_transpose1d", "aten::conv_transpose2d",
             "aten::conv_transpose3d", "aten::mkldnn_convolution")
-ITEMSIZE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
-                  "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
-                  "complex64": 8, "complex128": 16}
 # run.json "distributed" numbers a run-scope rule may test (absent for a single process).
 DISTRIBUTED_KEYS = ("world_size", "straggler_ratio", "exposed_comm_s", "exposed_comm_pct", "max_comm_wait_s",
                     "max_comm_wait_pct", "waited_for_rank", "overlap_frac", "allreduce_count",
                     "mean_allreduce_bytes", "busbw_frac_of_ceiling")
-FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64", "float8_e4m3fn", "float8_e5m2")
 
 
 @dataclass(frozen=True)
@@ -111,7 +108,7 @@ def decoded(value: Any) -> Any:
 
 def primary_dtype(dtypes: Any) -> str | None:
     names = [d for d in decoded(dtypes) if isinstance(d, str) and d not in ("", "scalar")]
-    floats = [d for d in names if d in FLOAT_DTYPES]
+    floats = [d for d in names if is_floating(d)]
     return (floats or names or [None])[0]
 
 

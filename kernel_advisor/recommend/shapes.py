@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from kernel_advisor.recommend.evidence import ITEMSIZE_BYTES, decoded
+from kernel_advisor.dtypes import itemsize_bytes
+from kernel_advisor.recommend.evidence import decoded
 
 REDUCTIONS = frozenset({
     "mean", "sum", "amax", "amin", "max", "min", "var", "std", "var_mean", "std_mean", "norm",
@@ -70,7 +71,7 @@ def tensor_args(shapes: Any, dtypes: Any) -> list[TensorArg]:
     """Tensor inputs with a known dtype; a TensorList counts as one tensor of its total size."""
     out = []
     for shape, dtype in zip(decoded(shapes), decoded(dtypes)):
-        size = ITEMSIZE_BYTES.get(dtype) if isinstance(dtype, str) else None
+        size = itemsize_bytes(dtype)
         if not isinstance(shape, list) or size is None:
             continue
         if all(isinstance(d, int) for d in shape):

@@ -1,7 +1,8 @@
-"""Dtype names as torch.profiler records them, mapped to torch dtype names, with sizes and promotion.
+"""Dtypes for the cost formulas: argument markers, normalisation, sizes and type promotion.
 
 torch.profiler writes C++ type names ("float", "c10::BFloat16", "long int"); ops.csv may hold
 those or torch names ("float32", "bfloat16"). Both are accepted everywhere in this package.
+The names and sizes are kernel_advisor/dtypes.py's, the one dtype table.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import functools
 
 import torch
 
+from kernel_advisor import dtypes
 from kernel_advisor.analyze.costs.errors import Unmodelled
 
 SCALAR = "scalar"  # a Scalar argument (a Python number), never a tensor
@@ -18,42 +20,6 @@ TENSOR_LIST = "TensorList"  # torch.profiler records no element dtype for a Tens
 # einsum) assume torch's default dtype: bytes are 2x too high for bf16/fp16 elements and
 # 2x too low for float64 ones.
 ASSUMED_LIST_DTYPE = "float32"
-
-_PROFILER_NAMES = {
-    "float": "float32",
-    "double": "float64",
-    "c10::Half": "float16",
-    "c10::BFloat16": "bfloat16",
-    "unsigned char": "uint8",
-    "signed char": "int8",
-    "short int": "int16",
-    "short": "int16",
-    "int": "int32",
-    "long int": "int64",
-    "long long int": "int64",
-    "long long": "int64",
-    "short unsigned int": "uint16",
-    "unsigned int": "uint32",
-    "long unsigned int": "uint64",
-    "bool": "bool",
-    "c10::complex<c10::Half>": "complex32",
-    "c10::complex<float>": "complex64",
-    "c10::complex<double>": "complex128",
-    "c10::Float8_e5m2": "float8_e5m2",
-    "c10::Float8_e4m3fn": "float8_e4m3fn",
-    "c10::Float8_e5m2fnuz": "float8_e5m2fnuz",
-    "c10::Float8_e4m3fnuz": "float8_e4m3fnuz",
-    "c10::Float8_e8m0fnu": "float8_e8m0fnu",
-    "c10::Float4_e2m1fn_x2": "float4_e2m1fn_x2",
-}
-
-# c10::ScalarType enum values: how the profiler records a ScalarType argument (dtype=...).
-_SCALAR_TYPE_CODES = {
-    0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
-    7: "float64", 8: "complex32", 9: "complex64", 10: "complex128", 11: "bool", 15: "bfloat16",
-    23: "float8_e5m2", 24: "float8_e4m3fn", 25: "float8_e5m2fnuz", 26: "float8_e4m3fnuz",
-    27: "uint16", 28: "uint32", 29: "uint64", 44: "float8_e8m0fnu", 45: "float4_e2m1fn_x2",
-}
 
 # Python numbers reach the dispatcher as 0-dim tensors of these dtypes ("wrapped numbers").
 _WRAPPED_NUMBER_DTYPES = frozenset({"float64", "int64", "complex128", "bool"})
@@ -73,13 +39,11 @@ def normalize_dtype(name: object) -> object:
         text = text[len("torch."):]
     if text in ("Scalar", SCALAR):
         return SCALAR
-    return _PROFILER_NAMES.get(text, text)
+    return dtypes.PROFILER_NAMES.get(text, text)
 
 
-@functools.lru_cache(maxsize=None)
 def _torch_dtype(name: str) -> torch.dtype | None:
-    candidate = getattr(torch, name, None) if name else None
-    return candidate if isinstance(candidate, torch.dtype) else None
+    return dtypes.torch_dtype(name)
 
 
 def is_dtype_name(name: object) -> bool:
@@ -87,17 +51,15 @@ def is_dtype_name(name: object) -> bool:
 
 
 def itemsize_bytes(name: str) -> int:
-    # NB: packed sub-byte dtypes (float4_e2m1fn_x2) report the size of one packed element.
-    return _torch_dtype(name).itemsize
+    """torch's size of one element; the caller has checked is_dtype_name(name)."""
+    size = dtypes.itemsize_bytes(name)
+    if size is None:
+        raise Unmodelled(f"{name!r} is not a dtype")
+    return size
 
 
-def dtype_from_code(code: int) -> str | None:
-    return _SCALAR_TYPE_CODES.get(code)
-
-
-def is_floating(name: str) -> bool:
-    dtype = _torch_dtype(name)
-    return dtype is not None and dtype.is_floating_point
+dtype_from_code = dtypes.dtype_from_code
+is_floating = dtypes.is_floating
 
 
 def category(name: str) -> int:
