@@ -18,7 +18,7 @@ from kernel_advisor.analyze.costs import cost_arguments  # rows split by every a
 from kernel_advisor.collect.attribute import Attribution, attribute
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.profiler import Capture, Progress, capture
-from kernel_advisor.collect.run_meta import FILES, import_meta, profile_meta
+from kernel_advisor.collect.run_meta import FILES, import_meta, profile_meta, run_json
 from kernel_advisor.collect.runner import no_operator_error
 from kernel_advisor.collect.rundir import RunWriter, check_writable_target, write_error, write_json_atomic, write_table
 from kernel_advisor.collect.trace_reader import TraceData, read_trace
@@ -80,7 +80,7 @@ def _write_run(out_dir: Path, attr: Attribution, ops: pd.DataFrame, meta: dict, 
             _copy_gzipped(trace_src, tmp / FILES["trace"])
         except OSError as e:  # read_trace has just read the source: this is the write (disk full)
             raise write_error(out_dir, e) from None
-        write_json_atomic(tmp / "run.json", meta)
+        write_json_atomic(tmp / "run.json", run_json(meta))
     return writer.final  # a default name another run took meanwhile moved to the next free one
 
 

@@ -1,19 +1,31 @@
-"""run.json's contents: the one builder of its schema, for profiled and imported runs."""
+"""run.json's contents: the one builder of its schema, for profiled and imported runs.
+
+Every writer of run.json (pipeline.py, distributed/assemble.py) and of rank.json (the same
+schema plus "rank") writes `run_json(meta)`: the record's document (records/run.py), checked
+for the keys every writer sets and their types.
+"""
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any, Mapping
 
 from kernel_advisor import __version__
 from kernel_advisor.collect.attribute import Attribution
 from kernel_advisor.collect.environment import device_info, numerics_settings, versions
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.profiler import Capture, effective_dtype
-from kernel_advisor.collect.rundir import SCHEMA_VERSION
 from kernel_advisor.collect.step_time import StepTime, overhead_ratio, step_time_estimate, trace_span_step_time
 from kernel_advisor.collect.trace_reader import TraceData, shapes_recorded
+from kernel_advisor.records.run import SCHEMA_VERSION, RunRecord
 
 FILES = {"ops": "ops.csv", "sequence": "sequence.csv", "trace": "trace.json.gz"}
+
+
+def run_json(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """What run.json holds for `meta`: RunRecord.build(meta).to_json() (ValueError when a key
+    every writer sets is missing or of the wrong type: a bug here, not the user's input)."""
+    return RunRecord.build(meta).to_json()
 
 
 def _common_meta(attr: Attribution, source: str, args: dict) -> dict:

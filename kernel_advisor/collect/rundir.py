@@ -21,8 +21,8 @@ import pandas as pd
 from pandas.api.types import is_numeric_dtype
 
 from kernel_advisor.errors import AdvisorError, EnvironmentCapabilityError, UserInputError
+from kernel_advisor.records.run import SCHEMA_VERSION, RunRecord  # noqa: F401 (SCHEMA_VERSION re-exported)
 
-SCHEMA_VERSION = 1
 JSON_COLUMNS = ("input_shapes", "input_dtypes", "input_strides", "concrete_inputs", "kernels")
 REQUIRED_FILES = ("run.json", "ops.csv", "sequence.csv")
 # Columns every reader joins on; the full contract is in docs/architecture.md.
@@ -36,14 +36,6 @@ ANALYSIS_COLUMNS = ("modelled", "flops", "bytes", "intensity", "compute_path", "
                     "bandwidth_bytes_per_s", "roofline_s", "achieved_flops_per_s", "achieved_bytes_per_s",
                     "efficiency_frac", "headroom_s", "verdict")
 SEQUENCE_COLUMNS = ("seq", "step", "name", "row_id", "input_shapes", "input_dtypes", "device_time_s")
-# run.json keys every writer sets, with the JSON types readers rely on (a missing key is
-# tolerated: readers fall back; a key of the wrong type is damage).
-_NUMBER = (int, float)
-META_TYPES: dict[str, tuple[type, ...]] = {
-    "steps": (int,), "args": (dict,), "model": (dict,), "device": (dict,), "settings": (dict,),
-    "files": (dict,), "step_wall_s": (list,), "unprofiled_step_wall_s": (list,),
-    "total_device_time_s": _NUMBER, "device_busy_s": _NUMBER,
-}
 # Columns that must hold numbers when present (a damaged cell turns the whole column into text).
 NUMERIC_COLUMNS = ("row_id", "calls", "device_time_s", "device_time_per_step_s", "mean_device_time_s",
                    "share_pct", "cpu_time_s", "kernel_count", "mean_kernel_s", "max_blocks", "first_seq",
@@ -331,26 +323,5 @@ def _check_table(path: Path, table: pd.DataFrame, columns: tuple[str, ...]) -> N
 
 
 def _load_meta(path: Path) -> dict:
-    fix = "profile again to write a fresh run"
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserInputError(f"{path} is corrupted ({e})", fix) from None
-    except RecursionError:  # `[[[[…]]]]` deeper than Python's parser can follow
-        raise UserInputError(f"{path} is corrupted (JSON nested too deeply to read)", fix) from None
-    if not isinstance(meta, dict):
-        raise UserInputError(f"{path} is not a run.json object", fix)
-    version = meta.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise UserInputError(
-            f"{path.parent} was written with run schema {version}, this advisor reads schema {SCHEMA_VERSION}",
-            "profile the model again with this version")
-    wrong = [k for k, types in META_TYPES.items()
-             if k in meta and (not isinstance(meta[k], types) or isinstance(meta[k], bool))]
-    wrong += [k for k in ("step_wall_s", "unprofiled_step_wall_s")
-              if k not in wrong and isinstance(meta.get(k), list) and not all(
-                  isinstance(v, _NUMBER) and not isinstance(v, bool) for v in meta[k])]
-    if wrong:
-        raise UserInputError(f"{path} is damaged: {', '.join(wrong)} {'has' if len(wrong) == 1 else 'have'} "
-                             "the wrong type", fix)
-    return meta
+    """run.json, read through its record (records/run.py): schema and types checked there."""
+    return RunRecord.read(path).meta()

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from kernel_advisor.collect.run_meta import FILES
+from kernel_advisor.collect.run_meta import FILES, run_json
 from kernel_advisor.collect.rundir import read_table, write_json_atomic
 from kernel_advisor.distributed.interconnect import BusCeiling, bus_ceiling
 from kernel_advisor.distributed.merge import STRAGGLER_MIN_RATIO, WAIT_MIN_PCT, Merged, RankResult, merge_ranks
@@ -95,7 +95,7 @@ def assemble_run(run_tmp: Path, world_size: int) -> dict:
     meta["distributed"] = json_clean({**merged.evidence, "backend": info["backend"], "wrapper": info["wrapper"],
                                       "bus_ceiling_source": ceiling.source, "bus_link": ceiling.link})
     meta["files"] = {**FILES, "ranks": RANKS_FILE}
-    write_json_atomic(run_tmp / "run.json", meta)
+    write_json_atomic(run_tmp / "run.json", run_json(meta))
     return meta
 
 

@@ -17,6 +17,7 @@ import pandas as pd
 from kernel_advisor.collect.attribute import step_windows
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.profiler import Capture
+from kernel_advisor.collect.run_meta import run_json
 from kernel_advisor.collect.rundir import write_json_atomic, write_table
 from kernel_advisor.distributed.comms import comm_calls, comm_events, compute_intervals_us, windows_array
 from kernel_advisor.distributed.overlap import Overlap, comm_overlap
@@ -59,5 +60,5 @@ def write_rank_dir(rank_dir: Path, loaded: LoadedModel, args: dict, cap: Capture
     write_table(rank_dir / RANK_FILES["sequence"], attr.sequence)
     write_table(rank_dir / RANK_FILES["comms"], calls)
     gzip_copy(cap.trace_path, rank_dir / RANK_FILES["trace"])
-    write_json_atomic(rank_dir / RANK_FILES["rank"], meta)  # last: marks the rank complete
+    write_json_atomic(rank_dir / RANK_FILES["rank"], run_json(meta))  # last: marks the rank complete
     return meta

@@ -1,14 +1,13 @@
-"""The records try-kernel produces, and their JSON form (try_kernel.json)."""
+"""The records try-kernel produces, and their JSON form (try_kernel.json, records/try_kernel.py)."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
+from kernel_advisor.records.try_kernel import SUMMARY_KEYS, TryKernelRecord
 from kernel_advisor.trykernel.timing import Estimate
 
-SCHEMA_VERSION = 1
 SUSPECT_SPEEDUP = 10.0  # above this a speedup is more likely a measurement or correctness problem
 
 
@@ -88,17 +87,13 @@ class TryReport:
         return tuple(v for v in self.variants if v.kind in ("candidate", "combined") and v.status == "FAILED")
 
 
-def report_json(report: TryReport, extra: dict | None = None) -> dict[str, Any]:
-    """JSON-safe dict: NaN and inf become null."""
-    body = {"schema_version": SCHEMA_VERSION, **(extra or {}), **dataclasses.asdict(report)}
-    return _clean(body)
+def report_record(report: TryReport, extra: Mapping[str, Any] | None = None) -> TryKernelRecord:
+    """try_kernel.json's record of `report`; `extra` (created, run, args) goes first."""
+    body = dataclasses.asdict(report)
+    return TryKernelRecord(**{k: body[k] for k in SUMMARY_KEYS}, variants=tuple(body["variants"]),
+                           notes=tuple(body["notes"]), rest=dict(extra or {}))
 
 
-def _clean(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
+def report_json(report: TryReport, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What try_kernel.json holds (and --json prints): the record's document, NaN and inf as null."""
+    return report_record(report, extra).to_json()

@@ -1,0 +1,120 @@
+"""run.json: the record every run directory holds (`advisor profile`, `advisor import`, and a
+distributed profile, which writes rank 0's with a "distributed" key added).
+
+Schema 1. A reader refuses a file of another schema_version, one that is not a JSON object,
+and a key of the wrong type, each with one line naming the file. A key left out is not
+damage: runs of schema 1 written before a key was added (step_s, steady_state, ceilings,
+coverage, ...) lack it and readers fall back (collect/step_time.py works the step time out
+of the step times). Every writer builds the document with `RunRecord.build`, which insists
+on the keys every writer sets (WRITTEN), and writes its `to_json`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from kernel_advisor.records.base import RecordError, strict
+
+SCHEMA_VERSION = 1
+FILE = "run.json"
+DAMAGED_FIX = "profile again to write a fresh run"
+SCHEMA_FIX = "profile the model again with this version"
+
+_NUMBER = (int, float)
+_NONE = (type(None),)
+# The JSON types readers rely on, per key; a key absent is tolerated (readers fall back), a
+# key of another type is damage. bool is an int to Python, never a number or a count here.
+KEY_TYPES: Mapping[str, tuple[type, ...]] = {
+    "tool_version": (str,), "created": (str,), "source": (str,),
+    "steps": (int,), "args": (dict,), "model": (dict,), "device": (dict,), "settings": (dict,),
+    "versions": (dict,), "files": (dict,), "step_wall_s": (list,), "unprofiled_step_wall_s": (list,),
+    "trace_step_wall_s": (list,), "step_device_time_s": (list,),
+    "total_device_time_s": _NUMBER, "device_busy_s": _NUMBER, "device_busy_frac": _NUMBER,
+    "nonfinite_outputs": (list,), "step_markers": (str, *_NONE),
+    "step_s": (dict, *_NONE), "steady_state": (dict, *_NONE), "profiler_overhead": (dict, *_NONE),
+    "profiler_overhead_ratio": (*_NUMBER, *_NONE), "peak_memory_bytes": (int, *_NONE),
+    "peak_memory_kind": (str,), "shapes_recorded": (bool,),
+    "ceilings": (dict,), "coverage": (dict,), "distributed": (dict,),
+}
+# Lists whose every item is a number of seconds.
+NUMBER_LISTS = ("step_wall_s", "unprofiled_step_wall_s", "trace_step_wall_s", "step_device_time_s")
+# What every writer sets (collect/run_meta.py for profile and import, so a distributed run's
+# rank 0 too), each since the first run of schema 1. The keys added since (step_markers,
+# step_s, steady_state, profiler_overhead, shapes_recorded, ceilings, coverage,
+# distributed) are optional to readers.
+WRITTEN = ("tool_version", "created", "source", "args", "steps", "trace_step_wall_s", "step_device_time_s",
+           "total_device_time_s", "device_busy_s", "device_busy_frac", "files", "model", "device", "versions",
+           "settings", "step_wall_s", "unprofiled_step_wall_s", "profiler_overhead_ratio", "peak_memory_bytes",
+           "nonfinite_outputs")
+
+
+def wrong_types(values: Mapping[str, Any]) -> list[str]:
+    """The keys of `values` that do not hold the type KEY_TYPES gives them."""
+    wrong = [k for k, types in KEY_TYPES.items() if k in values and not _is(values[k], types)]
+    wrong += [k for k in NUMBER_LISTS if k not in wrong and isinstance(values.get(k), list)
+              and not all(_is(v, _NUMBER) for v in values[k])]
+    return wrong
+
+
+def _is(value: Any, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool):
+        return bool in types
+    return isinstance(value, types)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """run.json's keys as written, schema_version aside; every key of KEY_TYPES has its type."""
+
+    values: Mapping[str, Any]
+
+    def __post_init__(self) -> None:
+        wrong = wrong_types(self.values)
+        if wrong:
+            raise ValueError(f"run.json keys of the wrong type: {', '.join(wrong)}")
+
+    @classmethod
+    def build(cls, meta: Mapping[str, Any]) -> "RunRecord":
+        """A writer's record: every key of WRITTEN there, each of the right type (else ValueError:
+        a writer that left one out is a bug, not the user's input)."""
+        missing = [k for k in WRITTEN if k not in meta]
+        if missing:
+            raise ValueError(f"run.json written without {', '.join(missing)}")
+        return cls({k: v for k, v in strict(dict(meta)).items() if k != "schema_version"})
+
+    def to_json(self) -> dict[str, Any]:
+        """The document: schema_version first, NaN and ±Inf as null (strict JSON)."""
+        return strict({"schema_version": SCHEMA_VERSION, **self.values})
+
+    @classmethod
+    def from_json(cls, doc: Any, source: str | Path = FILE) -> "RunRecord":
+        """The record in `doc`, or one RecordError naming `source` and what is wrong."""
+        if not isinstance(doc, dict):
+            raise RecordError(f"{source} is not a run.json object", DAMAGED_FIX)
+        version = doc.get("schema_version")
+        if type(version) is not int or version != SCHEMA_VERSION:  # not True, not 1.0
+            raise RecordError(f"{source} was written with run schema {version!r}; this advisor reads run schema "
+                              f"{SCHEMA_VERSION}", SCHEMA_FIX)
+        wrong = wrong_types(doc)
+        if wrong:
+            raise RecordError(f"{source} is damaged: {', '.join(wrong)} {'has' if len(wrong) == 1 else 'have'} "
+                              "the wrong type", DAMAGED_FIX)
+        return cls({k: v for k, v in doc.items() if k != "schema_version"})
+
+    @classmethod
+    def read(cls, path: Path) -> "RunRecord":
+        """run.json at `path`; a file that is not JSON is 'corrupted', one RecordError like the rest."""
+        path = Path(path)
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RecordError(f"{path} is corrupted ({e})", DAMAGED_FIX) from None
+        except RecursionError:  # `[[[[…]]]]` deeper than Python's parser can follow
+            raise RecordError(f"{path} is corrupted (JSON nested too deeply to read)", DAMAGED_FIX) from None
+        return cls.from_json(doc, path)
+
+    def meta(self) -> dict[str, Any]:
+        """The document as a plain dict (schema_version included): what `Run.meta` holds."""
+        return {"schema_version": SCHEMA_VERSION, **self.values}
