@@ -105,13 +105,13 @@ def test_every_aten_op_of_the_h200_traces_is_priced(trace):
     assert not unpriced
 
 
-def test_einsum_without_its_equation_is_not_priced_but_its_kernels_are():
-    # The profiler records neither einsum's equation (a str) nor its Tensor[] dtypes: the
-    # call itself is unknown (attribution prices its children instead), its bmm is priced.
+def test_einsum_without_its_equation_owns_no_work_and_its_kernels_are_priced():
+    # The profiler records neither einsum's equation (a str) nor its Tensor[] dtypes:
+    # attribution prices its children instead, and the einsum row keeps zero work (its dispatch).
     a, b = torch.randn(3, 4), torch.randn(4, 5)
     events = record(lambda: torch.einsum("ij,jk->ik", a, b))
     einsum = next(e for e in events if e.name == "aten::einsum")
-    assert einsum.concrete[0] == "" and einsum.cost() is None
+    assert einsum.concrete[0] == "" and (einsum.cost().flops, einsum.cost().bytes) == (0, 0)
     bmm = [e for e in events if e.name == "aten::bmm"]
     assert bmm and bmm[0].cost().flops == 2 * 3 * 4 * 5
 

@@ -74,6 +74,29 @@ def test_creation_and_fill():
                    ["[2, 4, 64, 64]", "6", "0", "", "", "0"]).bytes == 0
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_new_zeros_and_new_full_write_their_size_in_selfs_dtype(dtype):
+    x = torch.randn(2, 16, 8, dtype=dtype)
+    for fn, name in [(lambda: x.new_zeros((2, 4, 9)), "aten::new_zeros"),
+                     (lambda: x.new_full((3, 5), 2.0), "aten::new_full"),
+                     (lambda: x.new_zeros((2, 3), dtype=torch.int32), "aten::new_zeros")]:
+        assert recorded(name, fn).cost().bytes == tensor_bytes(fn())
+
+
+@pytest.mark.parametrize("rows,cols,offset", [(3, 3, 1), (4, 7, 0), (7, 4, -2), (5, 5, 9), (6, 3, -9), (1, 1, 0)])
+@pytest.mark.parametrize("which", ["triu", "tril"])
+def test_triangle_indices_match_torch(rows, cols, offset, which):
+    fn = getattr(torch, f"{which}_indices")
+    event = recorded(f"aten::{which}_indices", lambda: fn(rows, cols, offset))
+    assert event.cost().bytes == tensor_bytes(fn(rows, cols, offset))
+
+
+def test_triangle_count_hand_worked():
+    from kernel_advisor.analyze.costs.copies import triangle_count
+    # 3x3 above the diagonal (offset 1): rows hold 2, 1, 0 → 3; on and below (offset 0): 1, 2, 3 → 6
+    assert triangle_count(3, 3, 1, upper=True) == 3 and triangle_count(3, 3, 0, upper=False) == 6
+
+
 @pytest.mark.parametrize("fn,name", [
     (lambda x: F.pad(x, (1, 2, 0, 3)), "aten::constant_pad_nd"),
     (lambda x: x.repeat(2, 1, 3), "aten::repeat"),

@@ -121,6 +121,39 @@ def zeros(call: OpCall) -> OpCost:
     return _created(call.ints_at(0), call.dtype_code_at(1) or "float32")
 
 
+@register("new_zeros", "new_ones")
+def new_zeros(call: OpCall) -> OpCost:
+    # new_zeros(self, size, dtype, layout, device, pin_memory): self is not read; without a
+    # dtype the new tensor takes self's.
+    return _created(call.ints_at(1), call.dtype_code_at(2) or call.tensor(0).dtype)
+
+
+@register("new_full")
+def new_full(call: OpCall) -> OpCost:
+    # new_full(self, size, fill_value, dtype, ...)
+    return _created(call.ints_at(1), call.dtype_code_at(3) or call.tensor(0).dtype)
+
+
+def triangle_count(rows: int, cols: int, offset: int, upper: bool) -> int:
+    """Entries (i, j) of a rows x cols grid with j - i >= offset (upper) or <= offset (lower).
+
+    Row i holds cols - clamp(i + offset, 0, cols) upper entries and clamp(i + offset + 1, 0, cols)
+    lower ones: triu_indices(3, 3, 1) -> 2 + 1 + 0 = 3.
+    """
+    if upper:
+        return sum(cols - min(max(i + offset, 0), cols) for i in range(rows))
+    return sum(min(max(i + offset + 1, 0), cols) for i in range(rows))
+
+
+@register("triu_indices", "tril_indices")
+def triangle_indices(call: OpCall) -> OpCost:
+    # triu_indices(row, col, offset, dtype, layout, device, pin_memory): a [2, n] index tensor.
+    # NB: the count loops over the rows (a Python loop: fine up to millions of rows).
+    rows, cols, offset = (int(call.float_at(i)) for i in range(3))
+    count = triangle_count(rows, cols, offset, upper=call.name.endswith("triu_indices"))
+    return _created((2, count), call.dtype_code_at(3) or "int64")
+
+
 @register("full")
 def full(call: OpCall) -> OpCost:
     # full(size, fill_value, dtype, ...): without a dtype, the fill value's kind decides.

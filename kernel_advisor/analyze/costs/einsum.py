@@ -13,9 +13,11 @@ NB: torch.einsum picks the contraction order with opt_einsum when it is installe
 are more than two operands; without a recorded `path` this formula contracts left to right.
 
 torch.profiler (through torch 2.13) does not record the equation (a string argument), and
-operand shapes alone do not determine the contraction. Such calls are not priced here
-(None): attribution (collect.attribute.PRICED_BY_CHILDREN) gives their children - bmm, sum,
-mul, copies - rows of their own instead, which is how FlopCounterMode counts einsum too.
+operand shapes alone do not determine the contraction. For such calls attribution
+(collect.attribute.PRICED_BY_CHILDREN) gives the children - bmm, sum, mul, copies - rows of
+their own, which is how FlopCounterMode counts einsum too; what stays on the einsum row is its
+own dispatch (label parsing, views: on a CPU its self time, on a GPU no kernel at all), priced
+as zero work so the row is modelled and reads as overhead.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 
 from kernel_advisor.analyze.costs import dtypes as dt
 from kernel_advisor.analyze.costs.call import OpCall
-from kernel_advisor.analyze.costs.common import io_cost, written
+from kernel_advisor.analyze.costs.common import ZERO_COST_DTYPE, io_cost, written
 from kernel_advisor.analyze.costs.errors import Unmodelled
 from kernel_advisor.analyze.costs.registry import OpCost, register
 
@@ -213,7 +215,9 @@ def _sumproduct_pair(a: list[int], b: list[int], sum_dims: list[int]
 @register("einsum")
 def einsum(call: OpCall) -> OpCost:
     # einsum(equation, tensors, path=None)
-    equation = call.text_at(0)
+    equation = call.text_at(0, None)
+    if equation is None:  # the children's rows carry the work (module docstring)
+        return io_cost(0, [], [], ZERO_COST_DTYPE)
     operands = call.tensor_list(1, unrecorded_dtype=dt.ASSUMED_LIST_DTYPE)
     path = call.ints_at(2, None)
     work = einsum_work(equation, [t.shape for t in operands], path)
