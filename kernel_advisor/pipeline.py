@@ -16,6 +16,7 @@ import pandas as pd
 from kernel_advisor.analyze.apply import analyze_ops
 from kernel_advisor.analyze.costs import cost_arguments  # rows split by every argument their cost reads
 from kernel_advisor.collect.attribute import Attribution, attribute
+from kernel_advisor.collect.interrupts import hold_for_tests
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.profiler import Capture, Progress, capture
 from kernel_advisor.collect.run_meta import FILES, import_meta, profile_meta, run_json
@@ -52,7 +53,9 @@ def profile_to_run(loaded: LoadedModel, args: dict, out_dir: Path,
         run = analyze_capture(loaded, args, cap)
         if run.attr.ops.empty:  # an empty table would read as "0 s, 100 % modelled", and become latest
             raise no_operator_error(loaded, args["mode"])
-        return _write_run(out_dir, run.attr, run.ops, run.meta, cap.trace_path), run.meta
+        run_dir = _write_run(out_dir, run.attr, run.ops, run.meta, cap.trace_path)
+    hold_for_tests("run-kept")  # tests: Ctrl-C after the run is complete and `latest`
+    return run_dir, run.meta
 
 
 def import_to_run(trace_path: Path, args: dict, out_dir: Path) -> tuple[Path, dict]:

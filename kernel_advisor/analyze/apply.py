@@ -5,7 +5,7 @@ import dataclasses
 
 import pandas as pd
 
-from kernel_advisor.analyze.ceilings import resolve_ceilings
+from kernel_advisor.analyze.ceilings import calibration_provenance, resolve_ceilings
 from kernel_advisor.analyze.roofline import classify, coverage
 
 
@@ -14,4 +14,9 @@ def analyze_ops(ops: pd.DataFrame, meta: dict) -> tuple[pd.DataFrame, dict, dict
     device = meta["device"]
     ceilings = resolve_ceilings(device["name"], device.get("driver", ""), device_type=device["type"])
     analyzed = classify(ops, ceilings, meta)
-    return analyzed, dataclasses.asdict(ceilings), coverage(analyzed)
+    recorded = dataclasses.asdict(ceilings)
+    if "measured" in ceilings.origins.values():
+        # When and how noisily the cached figures were measured travels with the run, so every
+        # reader of it (profile's summary, the report) can say so.
+        recorded["calibration"] = calibration_provenance(device["name"], device.get("driver", ""))
+    return analyzed, recorded, coverage(analyzed)

@@ -278,13 +278,18 @@ class MeasuredCeilings:
     bandwidth_bytes_per_s: float | None
     l2_bytes: int | None
     sm_count: int | None
+    created: str | None = None  # when it was measured (UTC, ISO 8601)
+    # The noisiest benchmark's ± (half the range of its reps over their median); None in
+    # caches written before it was recorded.
+    spread_frac: float | None = None
 
     def to_json(self) -> dict:
         return {"schema_version": CACHE_SCHEMA_VERSION, "device_type": self.device_type,
                 "device_name": self.device_name, "driver": self.driver,
                 "peak_flops_per_s": dict(self.peak_flops_per_s),
                 "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
-                "l2_bytes": self.l2_bytes, "sm_count": self.sm_count}
+                "l2_bytes": self.l2_bytes, "sm_count": self.sm_count,
+                "created": self.created, "spread_frac": self.spread_frac}
 
     @staticmethod
     def from_json(data: dict) -> "MeasuredCeilings":
@@ -292,11 +297,20 @@ class MeasuredCeilings:
         unknown = set(peaks) - set(PATHS)
         if unknown:
             raise ValueError(f"unknown compute paths {sorted(unknown)}")
+        spread = data.get("spread_frac")
         return MeasuredCeilings(
             device_type=str(data["device_type"]), device_name=str(data["device_name"]),
             driver=str(data["driver"]), peak_flops_per_s=peaks,
             bandwidth_bytes_per_s=data["bandwidth_bytes_per_s"],
-            l2_bytes=data["l2_bytes"], sm_count=data["sm_count"])
+            l2_bytes=data["l2_bytes"], sm_count=data["sm_count"],
+            created=str(data["created"]) if data.get("created") else None,
+            spread_frac=float(spread) if spread is not None else None)
+
+    def provenance(self, cache_dir: Path | str | None = None) -> dict:
+        """What run.json's ceilings carry as "calibration": when, how noisy, which cache entry."""
+        return {"created": self.created, "spread_frac": self.spread_frac,
+                "device_name": self.device_name, "driver": self.driver,
+                "cache_file": str(cache_file(self.device_name, self.driver, cache_dir))}
 
 
 def default_cache_dir() -> Path:
@@ -335,6 +349,16 @@ def read_measured(device_name: str, driver: str,
                   cache_dir: Path | str | None = None) -> MeasuredCeilings | None:
     """The cached ceilings for this device + driver, or None when there is none."""
     return read_cache(device_name, driver, MeasuredCeilings.from_json, cache_dir)
+
+
+NOISY_SPREAD_FRAC = 0.10  # reps of one benchmark more than ±10 % apart: the machine was busy
+
+
+def calibration_provenance(device_name: str, driver: str,
+                           cache_dir: Path | str | None = None) -> dict | None:
+    """`MeasuredCeilings.provenance()` of this device's cache entry, or None without one."""
+    measured = read_measured(device_name, driver, cache_dir)
+    return measured.provenance(cache_dir) if measured is not None else None
 
 
 # ---------------------------------------------------------------- resolution

@@ -170,6 +170,9 @@ def guarded(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        from kernel_advisor.collect.interrupts import kept_runs
+
+        kept_before = len(kept_runs())
         try:
             return fn(*args, **kwargs)
         except (ClickExit, UsageError):
@@ -184,7 +187,9 @@ def guarded(fn: F) -> F:
             ours = kernel_error(e)
             fail(ours.one_line(), int(ours.exit_code))
         except KeyboardInterrupt:
-            fail("interrupted — nothing partial was kept; the last complete run is unchanged", 130)
+            from kernel_advisor.collect.interrupts import interrupted_message
+
+            fail(interrupted_message(kept_before), 130)
         except BaseException as e:  # noqa: BLE001 - the last line of defence: SystemExit, GeneratorExit too
             if debug_enabled():
                 traceback.print_exc()

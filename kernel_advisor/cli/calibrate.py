@@ -50,19 +50,28 @@ def _datasheet_rate(sheet: Ceilings | None, path: str | None) -> float | None:
 
 
 def _table(cal: Calibration, sheet: Ceilings | None) -> Table:
+    from kernel_advisor.render.profile_render import spread_text
+
     m = cal.measured
     table = Table(title=f"Achievable ceilings — {m.device_name} ({m.device_type}"
                         f"{', driver ' + m.driver if m.driver else ''})")
-    for header in ("benchmark", "size", "median", "achieved", "datasheet", "% of sheet"):
+    for header in ("benchmark", "size", "median", "spread", "achieved", "datasheet", "% of sheet"):
         table.add_column(header, no_wrap=True,
                          justify="left" if header in ("benchmark", "size") else "right")
     for step in cal.measurements:
         unit = "B/s" if step.path is None else "FLOP/s"
         sheet_rate = _datasheet_rate(sheet, step.path)
-        table.add_row(step.step, step.size, fmt_time_s(step.median_s),
+        spread = "–" if step.spread_frac is None else spread_text(step.spread_frac)
+        table.add_row(step.step, step.size, fmt_time_s(step.median_s), spread,
                       fmt_si(step.rate_per_s, unit), fmt_si(sheet_rate, unit),
                       fmt_frac_pct(step.rate_per_s / sheet_rate if sheet_rate else None))
     return table
+
+
+def _entry_text(device_type: str, name: str, driver: str) -> str:
+    if device_type == "cuda":
+        return f"the entry for {name}, driver {driver or 'unknown'}"
+    return f"the entry for the CPU model {name}"
 
 
 @app.command("calibrate")
@@ -100,7 +109,17 @@ def calibrate_cmd(
                                                      "ceilings": sheet.to_dict()},
         }, CALIBRATE_JSON_VERSION))
         return
+    from kernel_advisor.render.profile_render import calibration_text, calibration_warning
+
+    measured = calibration_text(cal.measured.provenance())
+    entry = _entry_text(device_type, identity.name, identity.driver)
     if from_cache:
-        console.err.print(f"cached calibration from {cal.created}; --force measures again")
+        console.err.print(f"cached calibration ({measured}); --force measures again")
     console.out.print(_table(cal, sheet))
-    console.out.print(f"ceilings: {ceilings.source}; cache: {path}")
+    console.out.print(f"ceilings: {ceilings.source} — {measured}")
+    console.out.print(f"{'read' if from_cache else 'wrote'} {path}: {entry}", soft_wrap=True)
+    console.out.print(f"every later profile on this device uses it; a different device or driver gets its own "
+                      f"entry in {path.parent}", soft_wrap=True)
+    noisy = calibration_warning({"ceilings": {"calibration": cal.measured.provenance()}})
+    if noisy:
+        console.warn(noisy)

@@ -234,8 +234,7 @@ def _kernelbench_factory(module: ModuleType, path: Path):
     model_cls = getattr(module, "Model", None)
     get_inputs = getattr(module, "get_inputs", None)
     if model_cls is None:
-        raise UserInputError(f"{path.name} defines no `Model` class",
-                             "define `class Model(nn.Module)` and `get_inputs()`, or pass --entry FUNCTION")
+        raise _no_model_class_error(module, path)
     if get_inputs is None or not callable(get_inputs):
         raise UserInputError(f"{path.name} defines Model but no get_inputs()",
                              "add `def get_inputs(): return [torch.randn(...)]`")
@@ -251,6 +250,34 @@ def _kernelbench_factory(module: ModuleType, path: Path):
         return model, _as_input_list(path, inputs, "get_inputs()", code_site(path, get_inputs))
 
     return factory
+
+
+def _module_classes(module: ModuleType) -> list[str]:
+    """Names of the nn.Module subclasses the model file itself defines, in file order."""
+    names, seen = [], set()
+    for name, obj in vars(module).items():  # insertion order: the order the file defines them
+        if (inspect.isclass(obj) and issubclass(obj, torch.nn.Module) and obj.__module__ == module.__name__
+                and not name.startswith("_") and id(obj) not in seen):
+            seen.add(id(obj))
+            names.append(name)
+    return names
+
+
+def _no_model_class_error(module: ModuleType, path: Path) -> UserInputError:
+    """No `Model`: name the nn.Module classes the file does define and how to expose one."""
+    classes = _module_classes(module)
+    if not classes:
+        return UserInputError(f"{path.name} defines no `Model` class",
+                              "define `class Model(nn.Module)` and `get_inputs()`, or pass --entry FUNCTION")
+    shown = ", ".join(f"`{c}`" for c in classes[:5]) + (f" (and {len(classes) - 5} more)" if len(classes) > 5 else "")
+    pick = classes[-1]  # the model usually comes last: its building blocks are defined above it
+    which = "" if len(classes) == 1 else " (the class that is the whole model)"
+    return UserInputError(
+        f"{path.name} defines no `Model` class; it defines the nn.Module "
+        f"{'class' if len(classes) == 1 else 'classes'} {shown}, and the KernelBench contract "
+        "looks the model up by the name `Model`",
+        f"add `Model = {pick}`{which} at the end of the file (or rename the class to Model), "
+        "or pass --entry FUNCTION")
 
 
 def _call_user(path: Path, doing: str, fn: Callable, *args):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import resource
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from kernel_advisor.collect.counts import validate_counts
+from kernel_advisor.collect.interrupts import deferred_sigint, hold_for_tests
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
 from kernel_advisor.collect.nvtx_ranges import nvtx_range
@@ -127,18 +129,57 @@ def _profiled_steps(step, steps: int, sync, trace_path: Path, dev: torch.device,
 
 def _record(step, steps: int, sync, trace_path: Path, activities: list, report: Progress) -> list[float]:
     walls: list[float] = []
-    with quietly(profile(activities=activities, record_shapes=True,
-                         schedule=schedule(wait=0, warmup=1, active=steps),
-                         on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path)))) as prof:
-        for i in range(steps + 1):  # step 0 is the profiler's own warm-up, discarded
-            with nvtx_range(f"advisor/step#{i}"), record_function(f"advisor::step#{i}"):
-                wall = _one_timed(step, sync)
-            if i > 0:
-                walls.append(wall)
-                report("profiling", i, steps)
-            with profiler_output_filtered():  # a cycle's end: stop, export the trace, start the next
-                prof.step()
+    abandoned = False  # the steps raised (Ctrl-C, the model's error): their trace is thrown away
+
+    def export(p) -> None:
+        if abandoned:  # the profiler's exit stops a cycle mid-way and would export it: no need
+            return
+        hold_for_tests("profiler-export")
+        p.export_chrome_trace(str(trace_path))
+
+    # Ctrl-C waits while the profiler starts, steps, stops and exports (collect/interrupts.py):
+    # a KeyboardInterrupt raised inside kineto's stop or the export has crashed the process
+    # with SIGSEGV on models with many ops. The model's own steps stay interruptible.
+    with _Uninterrupted(quietly(profile(activities=activities, record_shapes=True,
+                                        schedule=schedule(wait=0, warmup=1, active=steps),
+                                        on_trace_ready=export))) as prof:
+        try:
+            for i in range(steps + 1):  # step 0 is the profiler's own warm-up, discarded
+                with nvtx_range(f"advisor/step#{i}"), record_function(f"advisor::step#{i}"):
+                    wall = _one_timed(step, sync)
+                if i > 0:
+                    walls.append(wall)
+                    report("profiling", i, steps)
+                # A cycle's end: stop, export the trace, start the next.
+                with deferred_sigint(), profiler_output_filtered():
+                    prof.step()
+        except BaseException:
+            abandoned = True
+            raise
     return walls
+
+
+class _Uninterrupted:
+    """A context manager whose enter and exit run with SIGINT deferred (its body does not)."""
+
+    def __init__(self, cm) -> None:
+        self.cm = cm
+
+    def __enter__(self):
+        entered = False
+        try:
+            with deferred_sigint():
+                value = self.cm.__enter__()
+                entered = True
+        except BaseException:  # a Ctrl-C held over the start lands here: stop what was started
+            if entered:
+                self.__exit__(*sys.exc_info())
+            raise
+        return value
+
+    def __exit__(self, *exc) -> bool:
+        with deferred_sigint():
+            return bool(self.cm.__exit__(*exc))
 
 
 def _peak_memory(dev: torch.device) -> tuple[int, str]:

@@ -20,6 +20,7 @@ from typing import Any, Iterator
 import pandas as pd
 from pandas.api.types import is_numeric_dtype
 
+from kernel_advisor.collect.interrupts import deferred_sigint, record_kept_run
 from kernel_advisor.errors import AdvisorError, EnvironmentCapabilityError, UserInputError
 from kernel_advisor.records.run import SCHEMA_VERSION, RunRecord  # noqa: F401 (SCHEMA_VERSION re-exported)
 
@@ -113,15 +114,19 @@ class RunWriter:
         if exc_type is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             return False
-        try:
-            self._rename()
-        except BaseException as e:  # e.g. another process created a non-empty directory there meanwhile
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            if isinstance(e, OSError):
-                raise write_error(self.final, e) from None
-            raise
-        if self.update_latest:
-            set_latest(self.final)
+        # Ctrl-C waits for the rename and `latest` (collect/interrupts.py): a run is either not
+        # there, or there and `latest`, and the CLI's interrupt line can say which.
+        with deferred_sigint():
+            try:
+                self._rename()
+            except BaseException as e:  # e.g. another process created a non-empty directory there meanwhile
+                shutil.rmtree(self.tmp, ignore_errors=True)
+                if isinstance(e, OSError):
+                    raise write_error(self.final, e) from None
+                raise
+            if self.update_latest:
+                set_latest(self.final)
+            record_kept_run(self.final, self.update_latest)
         return False
 
     def _rename(self) -> None:

@@ -61,6 +61,10 @@ class Measurement:
     work: float  # bytes moved (read + written) or FLOPs, per rep
     median_s: float
     rate_per_s: float  # work / median_s: bytes/s or FLOP/s
+    # Half the range of the timed reps over their median: ±spread_frac around the median.
+    # None in caches written before it was recorded.
+    spread_frac: float | None = None
+    reps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -147,9 +151,24 @@ def _synchronize(device_type: str) -> None:
         torch.cuda.synchronize()
 
 
+def spread_frac(times_s: list[float]) -> float:
+    """±: half the range of the reps over their median (0.05 = the reps lie within ±5 %).
+
+    The range, not a standard deviation: with 5 reps one slow rep (another process took the
+    cores, a GPU clocked down) is exactly what this number must show."""
+    median_s = statistics.median(times_s)
+    return (max(times_s) - min(times_s)) / (2 * median_s) if median_s > 0 else 0.0
+
+
 def median_time_s(fn: Callable[[], object], device_type: str, warmup: int, reps: int,
                   flush: Callable[[], object]) -> float:
     """Median of `reps` timed calls after `warmup`; `flush` runs untimed before each rep."""
+    return statistics.median(rep_times_s(fn, device_type, warmup, reps, flush))
+
+
+def rep_times_s(fn: Callable[[], object], device_type: str, warmup: int, reps: int,
+                flush: Callable[[], object]) -> list[float]:
+    """Each of `reps` timed calls after `warmup`; `flush` runs untimed before each rep."""
     for _ in range(warmup):
         fn()
     _synchronize(device_type)
@@ -168,7 +187,7 @@ def median_time_s(fn: Callable[[], object], device_type: str, warmup: int, reps:
             t0_s = time.perf_counter()
             fn()
             times_s.append(time.perf_counter() - t0_s)
-    return statistics.median(times_s)
+    return times_s
 
 
 # ---------------------------------------------------------------- the benchmarks
@@ -188,9 +207,10 @@ def measure_copy(device_type: str, sizes: CalibrationSizes, flush: Callable) -> 
     src = torch.ones(numel, dtype=torch.float32, device=device_type)
     dst = torch.empty_like(src)
     moved_bytes = 2.0 * numel * 4  # every byte is read once and written once
-    t_s = median_time_s(lambda: dst.copy_(src), device_type, sizes.warmup, sizes.reps, flush)
+    times_s = rep_times_s(lambda: dst.copy_(src), device_type, sizes.warmup, sizes.reps, flush)
+    t_s = statistics.median(times_s)
     return Measurement("copy", None, f"{numel * 4 / MIB:g} MiB", moved_bytes, t_s,
-                       moved_bytes / t_s)
+                       moved_bytes / t_s, spread_frac(times_s), len(times_s))
 
 
 class _Float32MatmulPrecision:
@@ -216,10 +236,11 @@ def measure_matmul(path: str, n: int, device_type: str, sizes: CalibrationSizes,
     out = torch.empty(n, n, device=device_type, dtype=dtype)
     flops = 2.0 * n**3  # one multiply + one add per multiply-accumulate
     with _Float32MatmulPrecision(precision):
-        t_s = median_time_s(lambda: torch.mm(a, b, out=out), device_type,
-                            sizes.warmup, sizes.reps, flush)
+        times_s = rep_times_s(lambda: torch.mm(a, b, out=out), device_type,
+                              sizes.warmup, sizes.reps, flush)
+    t_s = statistics.median(times_s)
     return Measurement(f"matmul {path}", path, f"{n}^3 {str(dtype).removeprefix('torch.')}",
-                       flops, t_s, flops / t_s)
+                       flops, t_s, flops / t_s, spread_frac(times_s), len(times_s))
 
 
 def plan_steps(identity: DeviceIdentity, sizes: CalibrationSizes) -> list[tuple[str, Callable]]:
@@ -330,13 +351,13 @@ def calibrate(device: str = "auto", sizes: CalibrationSizes | None = None,
             "stop other processes on the GPU and rerun `advisor calibrate`") from e
     peaks = {m.path: m.rate_per_s for m in results if m.path}
     bandwidth = next(m.rate_per_s for m in results if m.path is None)
+    created = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     measured = MeasuredCeilings(
         device_type=device_type, device_name=identity.name, driver=identity.driver,
         peak_flops_per_s=peaks, bandwidth_bytes_per_s=bandwidth,
-        l2_bytes=identity.l2_bytes, sm_count=identity.sm_count)
-    return Calibration(measured, tuple(results),
-                       datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                       torch.__version__, allreduce)
+        l2_bytes=identity.l2_bytes, sm_count=identity.sm_count, created=created,
+        spread_frac=max(m.spread_frac for m in results))  # the noisiest benchmark speaks for all
+    return Calibration(measured, tuple(results), created, torch.__version__, allreduce)
 
 
 # ---------------------------------------------------------------- the cache

@@ -7,6 +7,7 @@ import pandas as pd
 from rich.table import Table
 from rich.text import Text
 
+from kernel_advisor.analyze.ceilings import NOISY_SPREAD_FRAC
 from kernel_advisor.collect.attribute import op_label
 from kernel_advisor.collect.rundir import SCHEMA_VERSION
 from kernel_advisor.collect.step_time import overhead_of, steady_state_of, steady_state_warning, step_time_of
@@ -83,7 +84,7 @@ def summary_line(meta: dict, run_dir) -> str:
         parts.append(f"{fmt_pct(cov['modelled_time_pct'], 0)} of device time modelled")
     ceil = meta.get("ceilings") or {}
     if ceil.get("source"):
-        parts.append(f"ceilings: {ceil['source']}")
+        parts.append(f"ceilings: {ceilings_text(ceil)}")
     overhead = overhead_of(meta)
     if overhead is not None:
         parts.append(f"profiler overhead {overhead_text(overhead)}")
@@ -91,9 +92,51 @@ def summary_line(meta: dict, run_dir) -> str:
     return " · ".join(parts)
 
 
+def _when(created: Any) -> str:
+    """"2026-11-25T11:37:19Z" → "2026-11-25 11:37 UTC"."""
+    text = str(created or "")
+    if len(text) >= 16 and text[10] == "T":
+        return f"{text[:10]} {text[11:16]} UTC"
+    return text or "at an unrecorded time"
+
+
+def spread_text(spread_frac: Any) -> str:
+    if not isinstance(spread_frac, (int, float)):
+        return "spread not recorded"
+    pct = 100 * float(spread_frac)
+    return f"±{pct:.1f} %" if pct < 1 else f"±{pct:.0f} %"
+
+
+def calibration_text(calibration: Any) -> str:
+    """"measured 2026-11-25 11:37 UTC, ±3 %" for run.json's ceilings["calibration"]; "" without one."""
+    if not isinstance(calibration, Mapping):
+        return ""
+    return f"measured {_when(calibration.get('created'))}, {spread_text(calibration.get('spread_frac'))}"
+
+
+def ceilings_text(ceil: Mapping[str, Any]) -> str:
+    """What the run's ceilings came from: "datasheet", or when and how noisily they were measured
+    ("measured 2026-11-25 11:37 UTC, ±3 % (+datasheet)" when the datasheet filled the rest)."""
+    source = str(ceil.get("source") or "unknown")
+    measured = calibration_text(ceil.get("calibration"))
+    if not measured or "measured" not in source:
+        return source
+    return measured + (" (+datasheet)" if source == "measured+datasheet" else "")
+
+
+def calibration_warning(meta: Mapping[str, Any]) -> str | None:
+    calibration = (meta.get("ceilings") or {}).get("calibration")
+    spread = calibration.get("spread_frac") if isinstance(calibration, Mapping) else None
+    if not isinstance(spread, (int, float)) or spread <= NOISY_SPREAD_FRAC:
+        return None
+    return (f"the measured ceilings are noisy ({spread_text(spread)} over the calibration's repetitions, "
+            f"{_when(calibration.get('created'))}): the machine was likely busy; rerun "
+            "`advisor calibrate --force` on an idle machine, then profile again")
+
+
 def run_warnings(meta: Mapping[str, Any]) -> list[str]:
     """One line per thing about the run a reader must know before trusting its numbers."""
-    lines = [steady_state_warning(steady_state_of(meta)), step_markers_warning(meta)]
+    lines = [steady_state_warning(steady_state_of(meta)), step_markers_warning(meta), calibration_warning(meta)]
     shapes = shapes_warning(meta)
     lines.append(shapes if shapes else coverage_warning(meta))  # no shapes: the shapes line says why
     return [line for line in lines if line]

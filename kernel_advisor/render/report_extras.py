@@ -103,6 +103,70 @@ def _recommendation_card(rec: Recommendation, names: Mapping[int, str], step_s: 
              _text_list(list(rec.references), "references"), class_="rec")
 
 
+def _op_name(rec: Recommendation, names: Mapping[int, str]) -> str:
+    named = [f"{names[r]} (row {r})" for r in rec.row_ids if r in names]
+    return "; ".join(named) or rec.label or rec.subject
+
+
+def _share_text(share: Any) -> str:
+    if missing(share) or not isinstance(share, (int, float)):
+        return "–"
+    return f"{share:.2g}%" if share < 1 else f"{share:.1f}%"  # a leave-it row is often 0.01 %, not "0.0%"
+
+
+def _leave_it_group_card(rule_id: str, recs: list[Recommendation], names: Mapping[int, str]) -> Html:
+    """Several ops one leave-it rule closed: one card with the title, the reasoning (the first op's
+    message, the others differ only in their numbers), the action and the citations once, then an
+    op per row with its share and time."""
+    first = recs[0]
+    rows = []
+    for rec in recs:
+        ev = rec.evidence if isinstance(rec.evidence, Mapping) else {}
+        share, per_step = ev.get("share_pct"), ev.get("time_per_step_s")
+        rows.append(h("tr", h("td", _op_name(rec, names), class_="mono"), num_cell(share, _share_text(share)),
+                      num_cell(per_step, fmt_time_s(per_step))))
+    head = h("tr", h("th", "op"), h("th", "share", class_="num"), h("th", "time/step", class_="num"))
+    checks = [h("tr", h("td", _op_name(rec, names), class_="mono"), h("td", h("code", c.get("key", ""))),
+                h("td", fmt_field("expected", c.get("expected"))),
+                h("td", fmt_field(str(c.get("key", "")), c.get("actual"))), h("td", "✓" if c.get("ok") else "✗"))
+              for rec in recs for c in rec.thresholds if isinstance(c, Mapping)]
+    check_head = h("tr", h("th", "op"), h("th", "condition"), h("th", "wanted"), h("th", "found"), h("th", "held"))
+    why = (h("details", h("summary", "why it fired"), h("table", h("thead", check_head), h("tbody", checks)))
+           if checks else None)
+    caveats = list(dict.fromkeys(c for rec in recs for c in rec.caveats))
+    references = list(dict.fromkeys(r for rec in recs for r in rec.references))
+    action = f"action: {first.action}" + (f" ({first.action_reason})" if first.action_reason else "")
+    return h("article",
+             h("header", h("span", first.tier, class_="badge tier"), h("h3", first.title),
+               h("span", f"{len(recs)} ops, no gain claimed", class_="gain")),
+             h("p", first.message) if first.message else None,
+             h("p", join([h("span", "rule "), h("code", rule_id),
+                          h("span", f" · the same verdict on {len(recs)} ops, in one card:")]), class_="note"),
+             h("table", h("thead", head), h("tbody", rows), class_="leave-it-ops"),
+             h("p", action, class_="note"), _text_list(caveats, "caveats"), why,
+             _text_list(references, "references"), class_="rec leave-it-group", data_rule=rule_id)
+
+
+def _cards(recs: tuple[Recommendation, ...], names: Mapping[int, str],
+           step_s: float | None) -> list[tuple[Html, int]]:
+    """One card per recommendation, except that the leave-it verdicts of one rule share one card
+    (placed where the first of them ranks): six "under 2 % — leave it" cards would repeat one citation.
+    Each card comes with how many recommendations it shows."""
+    by_rule: dict[str, list[Recommendation]] = {}
+    for rec in recs:
+        if rec.tier == "leave-it":
+            by_rule.setdefault(rec.rule_id, []).append(rec)
+    cards, placed = [], set()
+    for rec in recs:
+        group = by_rule.get(rec.rule_id) if rec.tier == "leave-it" else None
+        if group is None or len(group) < 2:
+            cards.append((_recommendation_card(rec, names, step_s), 1))
+        elif rec.rule_id not in placed:
+            placed.add(rec.rule_id)
+            cards.append((_leave_it_group_card(rec.rule_id, group, names), len(group)))
+    return cards
+
+
 def recommendations_section(recs: tuple[Recommendation, ...] | None, ops: pd.DataFrame,
                             meta: Mapping[str, Any]) -> Html:
     title = h("h2", "Recommendations")
@@ -115,11 +179,15 @@ def recommendations_section(recs: tuple[Recommendation, ...] | None, ops: pd.Dat
     names = dict(zip(ops["row_id"].astype(int), ops["name"].astype(str))) if "row_id" in ops else {}
     step = step_time_of(meta)
     step_s = step.value_s if step is not None else None
+    cards = _cards(recs, names, step_s)
     intro = f"{len(recs)} recommendation(s), in the order `advisor recommend` ranked them."
-    cards = [_recommendation_card(r, names, step_s) for r in recs]
+    if len(cards) < len(recs):
+        intro += " The leave-it verdicts of one rule share one card listing their ops."
     rest = cards[CARDS_SHOWN:]
-    folded = h("details", h("summary", f"{len(rest)} more recommendation(s)"), rest) if rest else None
-    return h("section", title, h("p", intro, class_="note"), cards[:CARDS_SHOWN], folded, id="recommendations")
+    folded = (h("details", h("summary", f"{sum(n for _, n in rest)} more recommendation(s)"),
+                [card for card, _ in rest]) if rest else None)
+    return h("section", title, h("p", intro, class_="note"), [card for card, _ in cards[:CARDS_SHOWN]], folded,
+             id="recommendations")
 
 
 # ---------------------------------------------------------------- try-kernel

@@ -13,7 +13,7 @@ import pandas as pd
 
 from kernel_advisor.analyze.roofline import VERDICTS
 from kernel_advisor.collect.step_time import overhead_of, step_time_of
-from kernel_advisor.render.profile_render import run_warnings
+from kernel_advisor.render.profile_render import ceilings_text, run_warnings
 from kernel_advisor.render.report_template import Html, h, join
 from kernel_advisor.render.step_render import overhead_text, step_value_text
 from kernel_advisor.render.units import fmt_frac_pct, fmt_pct, fmt_si, fmt_time_s, shorten
@@ -160,7 +160,11 @@ def ceilings_section(meta: Mapping[str, Any], ops: pd.DataFrame) -> Html:
     rows = [h("tr", h("td", "memory bandwidth"), num_cell(ceil.get("bandwidth_bytes_per_s"),
                                                        fmt_si(ceil.get("bandwidth_bytes_per_s"), "B/s")),
               h("td", origins.get("bandwidth", "")), h("td", ""), h("td", ""))]
-    for path, peak in (ceil.get("peak_flops_per_s") or {}).items():
+    peaks = dict(ceil.get("peak_flops_per_s") or {})
+    hidden = [p for p in peaks if not applies_to_device(p, device.get("type"), native, usage)]
+    for path, peak in peaks.items():
+        if path in hidden:
+            continue
         note = "" if not native or path in native else "no unit for it: falls back"
         rows.append(h("tr", h("td", h("code", path)), num_cell(peak, fmt_si(peak, "FLOP/s")),
                       h("td", origins.get(path, "falls back" if note else "")),
@@ -169,12 +173,24 @@ def ceilings_section(meta: Mapping[str, Any], ops: pd.DataFrame) -> Html:
     table = h("table", h("thead", h("tr", h("th", "ceiling"), h("th", "value", class_="num"), h("th", "origin"),
                                      h("th", "ops' time/step on it", class_="num"), h("th", ""))),
               h("tbody", rows))
-    source = h("p", f"Ceilings: {ceil.get('source', 'unknown')} for {ceil.get('device_name', '')}. "
-                    "Measured values come from `advisor calibrate`; datasheet values overstate what "
-                    "kernels can reach, so headroom against them is an upper bound.", class_="note")
+    omitted = (h("p", f"Not shown: {', '.join(hidden)} — a {device.get('type')} device has no unit for "
+                      "them and no op of this run used them.", class_="note ceilings-omitted")
+               if hidden else None)
+    calibration = ceil.get("calibration") if isinstance(ceil.get("calibration"), Mapping) else {}
+    entry = f" (cache entry {calibration['cache_file']})" if calibration.get("cache_file") else ""
+    source = h("p", f"Ceilings: {ceilings_text(ceil)} for {ceil.get('device_name', '')}{entry}. "
+                    "Measured values come from `advisor calibrate` (± is half the range of its repetitions "
+                    "around their median); datasheet values overstate what kernels can reach, so headroom "
+                    "against them is an upper bound.", class_="note ceilings-source")
     return h("section", h("h2", "Device and ceilings"), h("div", h("div", kv_table(device_rows)), h("div", table),
                                                           style="display:flex;gap:48px;flex-wrap:wrap"),
-             source, id="ceilings")
+             omitted, source, id="ceilings")
+
+
+def applies_to_device(path: str, device_type: Any, native: list, usage: Mapping[str, float]) -> bool:
+    """A CPU has no tensor cores: its fp8/fp16/bf16 tensor-core and TF32 rows only repeat the fp32
+    peak they fall back to, so they are shown only when an op of the run was placed on them."""
+    return device_type != "cpu" or not native or path in native or path in usage
 
 
 # ---------------------------------------------------------------- hotspots
@@ -204,8 +220,8 @@ def _hotspot_row(rank: int, row: Mapping[str, Any], steps: int) -> Html:
     cells = [
         num_cell(rank, str(rank)),
         h("td", h("span", shorten(name, 36), class_="mono", title=name),
-          h("span", f" {kind}", class_="note") if kind != "op" else None, class_="nowrap"),
-        h("td", shorten(str(row.get("region") or ""), 20), class_="mono", title=row.get("region") or None),
+          h("span", f" {kind}", class_="note") if kind != "op" else None, class_="opname"),
+        h("td", shorten(str(row.get("region") or ""), 20), class_="mono region", title=row.get("region") or None),
         h("td", shorten(shapes_text(row.get("input_shapes")), 80), class_="mono shapes"),
         h("td", dtype_text(row.get("input_dtypes"))),
         num_cell(row.get("calls", 0) / steps, f"{row.get('calls', 0) / steps:g}"),
@@ -237,7 +253,7 @@ def hotspot_section(ops: pd.DataFrame, meta: Mapping[str, Any], top: int) -> Htm
             f"({fmt_pct(float(shown['share_pct'].sum()) if len(shown) else 0.0)} of device time). "
             "Click a column header to sort; # is the rank by time, as on the roofline chart.")
     table = h("div", h("table", h("thead", head), h("tbody", rows), class_="sortable", id="hotspot-table"),
-              style="overflow-x:auto")
+              class_="table-scroll")
     return h("section", h("h2", "Hotspots"), h("p", note, class_="note"), table, id="hotspots")
 
 

@@ -154,7 +154,12 @@ table.sortable th { cursor:pointer; user-select:none; }
 #hotspot-table { font-size:12px; }
 #hotspot-table td, #hotspot-table th { padding:3px 4px; }
 td.num { white-space:nowrap; }
-td.shapes { min-width:120px; max-width:180px; overflow-wrap:break-word; }
+td.shapes { min-width:110px; max-width:170px; overflow-wrap:break-word; }
+/* Names and regions wrap inside their column, so the table fits a 1400 px window and the class
+   column is not pushed past the right edge; a narrower window scrolls the table, never clips it. */
+td.opname { min-width:14ch; max-width:26ch; overflow-wrap:anywhere; }
+td.region { max-width:16ch; overflow-wrap:anywhere; }
+.table-scroll { overflow-x:auto; max-width:100%; }
 table.sortable th:hover { background:#eaeef2; }
 th[aria-sort="ascending"]::after { content:" ▲"; font-size:10px; }
 th[aria-sort="descending"]::after { content:" ▼"; font-size:10px; }
