@@ -2,7 +2,8 @@
 
 collect → analyze → pipeline → recommend → measure → render → api → cli, with hardware, trykernel,
 actions and distributed placed where their imports put them; reference_kernels and
-records depend on nothing of ours above errors; dtypes (the one dtype table) on nothing of ours.
+records depend on nothing of ours above errors; so do dtypes (the one dtype table) and
+located_yaml (the one YAML loader).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Lower index = lower layer; a package may import only packages with a lower index.
-LAYERS = ["errors", "records", "dtypes", "collect", "analyze", "pipeline", "hardware", "trykernel", "actions", "recommend",
+LAYERS = ["errors", "records", "dtypes", "located_yaml", "collect", "analyze", "pipeline", "hardware", "trykernel", "actions", "recommend",
           "measure", "distributed", "render", "api", "cli"]
 
 

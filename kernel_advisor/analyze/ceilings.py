@@ -16,9 +16,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
-import yaml
-
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
+from kernel_advisor.located_yaml import Located, fail, load_checked
 
 PATHS = ("fp64", "fp32", "tf32", "fp16_tc", "bf16_tc", "fp8_tc")
 # Where work on a path runs when the device has no unit for it: TF32 is off before
@@ -29,92 +28,6 @@ DEVICES_FILE = Path(__file__).resolve().parent.parent / "data" / "devices.yaml"
 TERA = 1e12
 GIGA = 1e9
 MIB = 2**20
-
-# ---------------------------------------------------------------- YAML with line numbers
-
-# A schema is a dict (mapping; a key ending in "?" is optional), a one-item list (a
-# sequence of that item) or a leaf kind below.
-_LEAF_TAGS = {
-    "int": ("int",), "str": ("str",), "bool": ("bool",),
-    "pos": ("int", "float"), "pos?": ("int", "float", "null"), "int?": ("int", "null"),
-}
-
-
-def _fail(path: Path, node: yaml.Node, problem: str, fix: str) -> None:
-    raise UserInputError(f"{path}:{node.start_mark.line + 1}: {problem}", fix)
-
-
-def _check_leaf(node: yaml.Node, value: Any, kind: str, path: Path, what: str) -> None:
-    tag = node.tag.rsplit(":", 1)[-1] if isinstance(node, yaml.ScalarNode) else "collection"
-    if tag not in _LEAF_TAGS[kind]:
-        hint = " (YAML 1.1 reads 1e12 as text: write 1.0e12)" if kind.startswith("pos") else ""
-        _fail(path, node, f"{what} must be {kind.rstrip('?')}, got {tag} {node.value!r}",
-              f"write a {kind.rstrip('?')} value{hint}")
-    if kind.startswith("pos") and value is not None and not (0 < value < float("inf")):
-        _fail(path, node, f"{what} must be a positive finite number, got {value}",
-              "fix the value")
-
-
-def _check_node(node: yaml.Node, value: Any, schema: Any, path: Path, what: str) -> None:
-    if isinstance(schema, dict):
-        _check_mapping(node, value, schema, path, what)
-    elif isinstance(schema, list):
-        if not isinstance(node, yaml.SequenceNode):
-            _fail(path, node, f"{what} must be a list", "write it as a YAML list")
-        for i, (item_node, item) in enumerate(zip(node.value, value)):
-            _check_node(item_node, item, schema[0], path, f"{what}[{i}]")
-    else:
-        _check_leaf(node, value, schema, path, what)
-
-
-def _check_mapping(node: yaml.Node, value: Any, schema: dict, path: Path, what: str) -> None:
-    if not isinstance(node, yaml.MappingNode):
-        _fail(path, node, f"{what} must be a mapping", "write it as `key: value` lines")
-    allowed = {key.rstrip("?"): key for key in schema}
-    seen: set[str] = set()
-    for key_node, value_node in node.value:
-        key = key_node.value
-        if key not in allowed:
-            _fail(path, key_node, f"unknown key '{key}' in {what}",
-                  f"allowed keys: {', '.join(sorted(allowed))}")
-        if key in seen:
-            _fail(path, key_node, f"duplicate key '{key}' in {what}", "keep one of them")
-        seen.add(key)
-        _check_node(value_node, value[key], schema[allowed[key]], path, f"{what}.{key}")
-    missing = sorted(k for k in schema if not k.endswith("?") and k not in seen)
-    if missing:
-        _fail(path, node, f"{what} lacks required key(s) {', '.join(missing)}", "add them")
-
-
-def load_yaml_checked(path: Path, schema: dict, version: int = 1) -> dict:
-    """safe_load `path`, checking it against `schema`; errors name the file and line."""
-    return load_yaml_with_nodes(path, schema, version)[0]
-
-
-def load_yaml_with_nodes(path: Path, schema: dict, version: int = 1) -> tuple[dict, yaml.Node]:
-    """As load_yaml_checked, also returning the root node (for line numbers of later checks)."""
-    path = Path(path)
-    try:
-        loader = yaml.SafeLoader(path.read_text())
-        try:
-            node = loader.get_single_node()
-            data = loader.construct_document(node) if node is not None else None
-        finally:
-            loader.dispose()
-    except OSError as e:
-        raise UserInputError(f"cannot read {path}: {e.strerror}", "check the path") from e
-    except yaml.MarkedYAMLError as e:
-        line = e.problem_mark.line + 1 if e.problem_mark else 0
-        raise UserInputError(f"{path}:{line}: invalid YAML: {e.problem}", "fix the syntax") from e
-    if node is None:
-        raise UserInputError(f"{path}: the file is empty", f"start it with `version: {version}`")
-    _check_node(node, data, schema, path, "file")
-    if data["version"] != version:
-        version_node = next(v for k, v in node.value if k.value == "version")
-        _fail(path, version_node, f"version {data['version']} is not supported",
-              f"this kernel_advisor reads version {version}")
-    return data, node
-
 
 # ---------------------------------------------------------------- the datasheet table
 
@@ -152,14 +65,14 @@ def _optional(value: float | None, scale: float) -> float | None:
     return None if value is None else value * scale
 
 
-def _device_from_yaml(entry: dict, node: yaml.Node, path: Path) -> DeviceSpec:
+def _device_from_yaml(entry: dict, node: Located, path: Path) -> DeviceSpec:
     if entry["type"] not in ("cuda", "cpu"):
-        _fail(path, node, f"device '{entry['id']}' has type '{entry['type']}'",
+        fail(path, node, f"device '{entry['id']}' has type '{entry['type']}'",
               "use type: cuda or type: cpu")
     try:
         patterns = tuple(re.compile(p, re.IGNORECASE) for p in entry["match"])
     except re.error as e:
-        _fail(path, node, f"device '{entry['id']}': bad match regex: {e}", "fix the regex")
+        fail(path, node, f"device '{entry['id']}': bad match regex: {e}", "fix the regex")
     peaks = {p: v * TERA for p, v in entry["peak_tflops"].items()}
     return DeviceSpec(
         id=entry["id"], name=entry["name"], type=entry["type"], patterns=patterns,
@@ -180,12 +93,12 @@ def load_devices(path: Path | str = DEVICES_FILE) -> tuple[DeviceSpec, ...]:
 @lru_cache(maxsize=8)
 def _load_devices_cached(path_str: str) -> tuple[DeviceSpec, ...]:
     path = Path(path_str)
-    data, root = load_yaml_with_nodes(path, _DEVICES_SCHEMA)
-    entry_nodes = next(v for k, v in root.value if k.value == "devices").value
+    data, root = load_checked(path, _DEVICES_SCHEMA)
+    entry_nodes = root.value["devices"].value
     specs, seen = [], set()
     for entry, node in zip(data["devices"], entry_nodes):
         if entry["id"] in seen:
-            _fail(path, node, f"duplicate device id '{entry['id']}'", "ids must be unique")
+            fail(path, node, f"duplicate device id '{entry['id']}'", "ids must be unique")
         seen.add(entry["id"])
         specs.append(_device_from_yaml(entry, node, path))
     return tuple(specs)

@@ -15,8 +15,9 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from kernel_advisor.analyze.ceilings import Ceilings, load_yaml_checked
+from kernel_advisor.analyze.ceilings import Ceilings
 from kernel_advisor.errors import UserInputError
+from kernel_advisor.located_yaml import load_checked
 
 THRESHOLDS_FILE = Path(__file__).resolve().parent.parent / "data" / "verdict_thresholds.yaml"
 # The one list of verdicts; rules, tables and the report read it from here.
@@ -135,7 +136,7 @@ _THRESHOLDS_SCHEMA = {
 
 
 def load_thresholds(path: Path | str = THRESHOLDS_FILE) -> VerdictThresholds:
-    data = load_yaml_checked(Path(path), _THRESHOLDS_SCHEMA)
+    data, _ = load_checked(Path(path), _THRESHOLDS_SCHEMA)
     return VerdictThresholds(
         limiter_frac=float(data["speed_of_light"]["limiter_frac"]),
         short_kernel_s=float(data["latency"]["short_kernel_s"]),

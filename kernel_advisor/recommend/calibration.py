@@ -15,13 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-import yaml
-
+from kernel_advisor.located_yaml import load_checked
 from kernel_advisor.recommend.gain import GainEstimate
 
 CALIBRATION_FILE = Path(__file__).resolve().parents[1] / "data" / "gain_calibration.yaml"
 PSEUDO_ROW_PREFIX = ("host-gaps", "exposed-comm")  # savings not bounded by one op's time
 ENV = "ADVISOR_GAIN_CALIBRATION"  # "off": the gain model's own estimates; a path: another fit
+VERSION = 2
+# Provenance keys are optional: a fit of one's own ($ADVISOR_GAIN_CALIBRATION) may omit them.
+_SCHEMA = {"version": "int", "fitted_by?": "str", "source?": "str", "gpu?": "str", "commit?": "str", "date?": "str",
+           "devices": {"*": {"*": {"scale": "pos", "n": "int"}}}}
 
 
 @dataclass(frozen=True)
@@ -35,9 +38,9 @@ def load_calibration(path: Path = CALIBRATION_FILE) -> Mapping[str, Mapping[str,
     """{device type: {action family: scale}}; empty when no fit has been made."""
     if not path.is_file():
         return {}
-    doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    doc, _ = load_checked(path, _SCHEMA, VERSION)
     return {device: {action: ActionScale(float(v["scale"]), int(v["n"])) for action, v in actions.items()}
-            for device, actions in (doc.get("devices") or {}).items()}
+            for device, actions in doc["devices"].items()}
 
 
 def active_calibration() -> Mapping[str, Mapping[str, ActionScale]]:

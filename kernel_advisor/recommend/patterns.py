@@ -22,15 +22,16 @@ from typing import Any, Callable, Iterable, Sequence
 
 import pandas as pd
 
+from kernel_advisor.analyze import op_kinds
 from kernel_advisor.collect.attribute import NODE_SCOPE, flag_value, text_value
 from kernel_advisor.recommend.evidence import RunContext
 from kernel_advisor.recommend.shapes import TensorArg, base_name, is_aten, is_fusible, link_bytes, tensor_args
 
-VIEW_OPS = frozenset({
-    "view", "reshape", "transpose", "t", "permute", "expand", "expand_as", "as_strided", "_unsafe_view",
-    "slice", "narrow", "select", "split", "split_with_sizes", "chunk", "unbind", "unsqueeze", "squeeze",
-    "detach", "alias", "flatten", "unflatten", "_reshape_alias", "view_as", "numpy_T", "lift_fresh",
-    "result_type", "empty", "empty_like", "empty_strided", "resolve_conj", "resolve_neg", "size", "stride"})
+# Dropped from the op stream besides torch's views (analyze/op_kinds.py is_view): allocations
+# and metadata queries, which move no data, and reshape and flatten, views unless the layout
+# forbids one (a copy they make then is not taken for a link).
+NO_DATA_MOVED = frozenset({"empty", "empty_like", "empty_strided", "result_type", "size", "stride",
+                           "reshape", "flatten"})
 CASTS = frozenset({"to", "_to_copy", "type_as", "float", "half", "bfloat16", "contiguous", "clone"})
 # Ops that build a mask or scale between QK^T and softmax.
 SCORE_OPS = frozenset({"mul", "div", "add", "sub", "masked_fill", "where", "ones", "zeros", "full", "fill",
@@ -107,7 +108,7 @@ def _stream(sequence: pd.DataFrame, device_type: str) -> dict[int, list[Occ]]:
     records: dict[int, tuple[str, str]] = {}  # row id -> (shapes, dtypes): a row has one of each
     for r in ordered.itertuples(index=False):
         name, time_s, row_id = str(r.name), float(r.device_time_s or 0.0), int(r.row_id)
-        if is_aten(name) and base_name(name) in VIEW_OPS:
+        if is_aten(name) and _moves_no_data(base_name(name)):
             continue
         if device_type != "cpu" and time_s <= 0.0:
             continue  # launched nothing on the device: a view, a no-op cast, CPU-side work
@@ -121,6 +122,10 @@ def _stream(sequence: pd.DataFrame, device_type: str) -> dict[int, list[Occ]]:
                                       text_value(getattr(r, "backward_of", "")), node,
                                       flag_value(getattr(r, "autograd_internal", False))))
     return steps
+
+
+def _moves_no_data(op: str) -> bool:
+    return op in NO_DATA_MOVED or op_kinds.is_view(op)
 
 
 def user_segments(ops: Sequence[Occ]) -> Iterable[list[Occ]]:

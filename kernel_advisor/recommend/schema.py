@@ -15,9 +15,9 @@ from typing import Any, Collection, Mapping
 
 from kernel_advisor import actions
 from kernel_advisor.errors import UserInputError
+from kernel_advisor.located_yaml import Located, LocatedYamlError, load_located
 from kernel_advisor.recommend.conditions import (
     COMPUTE_PATHS, SCOPES, ConditionValueError, parse_condition)
-from kernel_advisor.recommend.located_yaml import Located, LocatedYamlError, load_located
 from kernel_advisor.recommend.messages import TemplateError, validate_template
 
 SUPPORTED_VERSIONS = (1, 2)

@@ -12,25 +12,22 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from kernel_advisor.analyze import op_kinds
 from kernel_advisor.dtypes import itemsize_bytes
 from kernel_advisor.recommend.evidence import decoded
 
-REDUCTIONS = frozenset({
-    "mean", "sum", "amax", "amin", "max", "min", "var", "std", "var_mean", "std_mean", "norm",
-    "logsumexp", "prod", "linalg_vector_norm", "any", "all", "argmax", "argmin"})
-# Ops whose output has the broadcast shape of their tensor inputs.
-ELEMENTWISE = frozenset({
-    "add", "sub", "rsub", "mul", "div", "pow", "rsqrt", "sqrt", "exp", "exp2", "expm1", "log", "log1p",
-    "log2", "tanh", "sigmoid", "relu", "gelu", "silu", "mish", "neg", "abs", "clamp", "clamp_min",
-    "clamp_max", "where", "masked_fill", "erf", "sin", "cos", "reciprocal", "square", "maximum",
-    "minimum", "hardtanh", "leaky_relu", "elu", "softplus", "hardswish", "hardsigmoid", "lerp",
-    "addcmul", "addcdiv", "fill", "zero", "copy", "to", "_to_copy", "type_as", "clone", "contiguous",
-    "dropout", "native_dropout", "feature_dropout", "floor", "ceil", "round", "sign", "logical_not",
-    "eq", "ne", "lt", "le", "gt", "ge", "bitwise_not", "threshold", "gelu_backward",
-    "threshold_backward", "silu_backward", "tanh_backward", "sigmoid_backward", "softmax",
-    "_softmax", "_safe_softmax", "log_softmax", "_log_softmax", "layer_norm", "native_layer_norm",
-    "rms_norm", "_fused_rms_norm", "group_norm", "native_group_norm", "batch_norm",
-    "_softmax_backward_data", "_log_softmax_backward_data", "triu", "tril", "float", "half", "bfloat16",
+# Ops whose output has the shape of their (broadcast) tensor inputs: torch's pointwise ops
+# (analyze/op_kinds.py, torch.Tag.pointwise), and these, which torch does not tag pointwise
+# but which keep their input's shape and which Inductor fuses like them:
+SHAPE_KEEPING = frozenset({
+    "softmax", "_softmax", "_safe_softmax", "log_softmax", "_log_softmax", "_softmax_backward_data",
+    "_log_softmax_backward_data",  # row-wise
+    "layer_norm", "native_layer_norm", "rms_norm", "_fused_rms_norm", "group_norm", "native_group_norm",
+    "batch_norm",  # normalisations (their statistics are smaller outputs beside the main one)
+    "copy", "to", "_to_copy", "type_as", "contiguous",  # copies and casts
+    "dropout", "native_dropout", "feature_dropout",  # random masks (Tag.nondeterministic_seeded)
+    "fill", "zero", "triu", "tril",  # fills and triangle masks
+    "hardswish",  # pointwise, though torch leaves it untagged
 })
 GEMMS = frozenset({"mm", "bmm", "matmul", "addmm", "baddbmm", "linear"})
 
@@ -47,10 +44,16 @@ def is_aten(name: str) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
+def is_elementwise(op: str) -> bool:
+    """`op` (a base name) returns a tensor of its inputs' broadcast shape."""
+    return op in SHAPE_KEEPING or op_kinds.is_pointwise(op)
+
+
+@functools.lru_cache(maxsize=4096)
 def is_fusible(name: str) -> bool:
     """Memory-bound ops Inductor fuses into one kernel: elementwise, reductions, norms."""
     b = base_name(name)
-    return is_aten(name) and (b in ELEMENTWISE or b in REDUCTIONS)
+    return is_aten(name) and (is_elementwise(b) or op_kinds.is_reduction(b))
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,7 @@ def output_numel(name: str, shapes: Any, dtypes: Any) -> int | None:
         return None
     if op in GEMMS:
         out = _gemm_out(op, args)
-    elif op in ELEMENTWISE or op.startswith("_foreach_"):  # foreach: elementwise over the list
+    elif is_elementwise(op) or op.startswith("_foreach_"):  # foreach: elementwise over the list
         out = broadcast([a.shape for a in args])
     else:
         return None
@@ -128,7 +131,7 @@ def link_bytes(producer: tuple[str, Any, Any], consumer: tuple[str, Any, Any]) -
     candidates = tensor_args(consumer[1], consumer[2])
     if not candidates:
         return 0
-    if base_name(producer[0]) in REDUCTIONS and is_aten(producer[0]):
+    if is_aten(producer[0]) and op_kinds.is_reduction(base_name(producer[0])):
         largest = max((a.numel for a in tensor_args(producer[1], producer[2])), default=0)
         # A reduction's output is smaller than, and divides, its input; scalars and masks
         # beside it are smaller still, so the largest such input is taken.

@@ -14,7 +14,7 @@ UNARY, BINARY = (0,), (0, 1)
 # Same dtype out as in (integers stay integers).
 register_pointwise("abs neg negative sign sgn floor ceil round trunc frac bitwise_not square "
                    "nan_to_num", Pointwise(UNARY))
-register_pointwise("positive", Pointwise(UNARY), inplace_variants=False)
+# NB: positive returns its input itself (a view: views.py), no kernel.
 # Floating results: integer inputs compute in float32.
 register_pointwise("exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan asin acos atan "
                    "sinh cosh asinh acosh atanh erf erfc erfinv reciprocal lgamma digamma sinc "
