@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import torch
+
 from kernel_advisor.analyze import op_kinds
 from kernel_advisor.dtypes import itemsize_bytes
 from kernel_advisor.recommend.evidence import decoded
@@ -85,14 +87,11 @@ def tensor_args(shapes: Any, dtypes: Any) -> list[TensorArg]:
 
 
 def broadcast(shapes: Sequence[Sequence[int]]) -> tuple[int, ...] | None:
-    ndim = max((len(s) for s in shapes), default=0)
-    out = []
-    for i in range(1, ndim + 1):
-        dims = {s[-i] for s in shapes if len(s) >= i} - {1}
-        if len(dims) > 1:
-            return None
-        out.append(dims.pop() if dims else 1)
-    return tuple(reversed(out))
+    """torch.broadcast_shapes; None when the shapes do not broadcast."""
+    try:
+        return tuple(torch.broadcast_shapes(*shapes))
+    except (RuntimeError, ValueError):  # incompatible sizes; negative sizes
+        return None
 
 
 def _gemm_out(op: str, args: list[TensorArg]) -> tuple[int, ...] | None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import torch
+
 from kernel_advisor.analyze.costs.errors import Unmodelled
 
 Shape = tuple[int, ...]
@@ -14,15 +16,11 @@ def numel(shape: Sequence[int]) -> int:
 
 
 def broadcast(*shapes: Sequence[int]) -> Shape:
-    """numpy/torch broadcasting; Unmodelled when the shapes are incompatible."""
-    ndim = max((len(s) for s in shapes), default=0)
-    out = []
-    for axis in range(-ndim, 0):
-        sizes = {s[axis] for s in shapes if len(s) >= -axis} - {1}
-        if len(sizes) > 1:
-            raise Unmodelled(f"shapes {shapes} do not broadcast")
-        out.append(sizes.pop() if sizes else 1)
-    return tuple(out)
+    """torch.broadcast_shapes; Unmodelled when the shapes are incompatible."""
+    try:
+        return tuple(torch.broadcast_shapes(*shapes))
+    except (RuntimeError, ValueError):  # incompatible sizes; negative sizes
+        raise Unmodelled(f"shapes {shapes} do not broadcast") from None
 
 
 def wrap_dim(dim: int, ndim: int) -> int:
