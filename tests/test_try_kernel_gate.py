@@ -124,3 +124,28 @@ def test_call_check_compares_every_output_of_a_tuple():
     a, b = torch.randn(3), torch.randn(3)
     problem, fatal = check_call_output((a, b * 2), (a, b), (1e-5, 1e-5))
     assert problem.startswith("output 1:") and not fatal
+
+
+def test_uninitialized_memory_is_poisoned_inside_the_gate_and_restored_after():
+    from kernel_advisor.trykernel.gate import uninitialized_memory_poisoned
+
+    x = torch.randn(4, 16)
+    torch.softmax(x, 1)  # freed: an empty_like of the same size may get this buffer back
+    with uninitialized_memory_poisoned():
+        assert torch.isnan(torch.empty_like(x)).all()
+        assert (torch.empty(3, dtype=torch.int32) == torch.iinfo(torch.int32).max).all()
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert not torch.is_deterministic_algorithms_warn_only_enabled()
+
+
+def test_a_user_setting_of_deterministic_algorithms_survives_the_gate():
+    from kernel_advisor.trykernel.gate import uninitialized_memory_poisoned
+
+    torch.use_deterministic_algorithms(True)
+    try:
+        with uninitialized_memory_poisoned():
+            assert torch.is_deterministic_algorithms_warn_only_enabled()
+        assert torch.are_deterministic_algorithms_enabled()
+        assert not torch.is_deterministic_algorithms_warn_only_enabled()
+    finally:
+        torch.use_deterministic_algorithms(False)

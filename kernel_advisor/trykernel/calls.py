@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from kernel_advisor.trykernel.gate import check_call_output
+from kernel_advisor.trykernel.gate import check_call_output, uninitialized_memory_poisoned
 
 MAX_FAILURES_KEPT = 5
 
@@ -83,8 +83,8 @@ def invoke(log: CallLog, candidate: Callable[[], Any], original: Callable[[], An
             return _call(log, where, candidate)
         with torch.no_grad():
             expected = original()
-        _poison_allocator_like(expected)
-        got = _call(log, where, candidate)
+        with uninitialized_memory_poisoned():
+            got = _call(log, where, candidate)
         problem, fatal = check_call_output(got, expected, tolerance)
     if problem:
         log.fail(f"{where}: {problem}")
@@ -102,22 +102,3 @@ def _call(log: CallLog, where: str, candidate: Callable[[], Any]) -> Any:
         log.error = log.error or f"{where} raised {type(e).__name__}: {e}"
         raise CandidateError(log.error) from e
 
-
-def _poison_allocator_like(expected: Any) -> None:
-    """Fill, then free, blocks of the output's size with NaN.
-
-    NB: the caching allocator (and malloc on CPU) hands a just-freed block of the same size
-    to the next allocation, so a kernel that allocates its output and never writes it
-    returns NaN (or fresh zero pages) instead of a stale copy of a correct result.
-    """
-    for t in _tensors(expected):
-        if t.is_floating_point():
-            torch.full_like(t, float("nan"))
-
-
-def _tensors(obj: Any) -> list[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (tuple, list)):
-        return [t for o in obj for t in _tensors(o)]
-    return []

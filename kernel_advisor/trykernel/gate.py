@@ -8,9 +8,11 @@ float64 result. Errors are in float64 over the elements finite in both tensors.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -18,6 +20,29 @@ import torch
 # the float64 result than eager PyTorch at the same dtype (plus the kernel's rtol).
 REFERENCE_ERROR_MULTIPLIER = 2.0
 CHUNK_ELEMENTS = 1 << 24  # 128 MiB per float64 operand
+
+
+@contextlib.contextmanager
+def uninitialized_memory_poisoned() -> Iterator[None]:
+    """New uninitialized tensors (torch.empty*) hold NaN (integers: their maximum) inside.
+
+    A kernel that never writes its torch.empty output could otherwise pass: the caching
+    allocator may hand it the very buffer the original op's equal result was just freed from.
+    torch fills uninitialized memory only with deterministic algorithms on; warn_only keeps
+    the ops without a deterministic variant running, and their warnings are not the user's.
+    """
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*deterministic.*")
+            yield
+    finally:
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
 
 @dataclass(frozen=True)
