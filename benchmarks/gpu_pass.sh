@@ -2,8 +2,13 @@
 # The GPU pass behind docs/benchmarks.md: GPU tests, calibration, every benchmark.
 # Run on the GPU machine from the repo root: benchmarks/gpu_pass.sh OUTDIR STEP...
 # Steps: gpu_tests calibrate profile ncu recommend kernels cuda_kernels tune try_kernel
-#        measure_tests advice   (one-off studies: benchmarks/studies/README.md)
+#        measure_tests advice kernels_csv kernels_csv_quick   (one-off studies: benchmarks/studies/README.md)
 # advice: ADVICE_MODELS=a,b (default all) ADVICE_BUDGET_S=45; ADVISOR_COMMIT names the commit measured.
+# kernels_csv: KERNELS_CSV_OPS="norms" (or rowwise, pointwise, op names; default all: > 10 min, so
+#   split it over calls), KERNELS_CSV_BUDGET_S=480; rows go to OUTDIR/kernels.csv, then here:
+#   python3 benchmarks/bench_kernels_csv.py --merge OUTDIR/kernels.csv && python3 benchmarks/render_kernels.py
+#   Liger is installed from .wheels/liger_kernel-*.whl (pip download liger-kernel --no-deps -d .wheels)
+#   into a temp dir when it does not import.
 set -uo pipefail
 out=${1:-gpu-pass}
 mkdir -p "$out"
@@ -17,6 +22,16 @@ run() {  # name, command...: log each step, keep going, record its exit code
     local rc=$?
     echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$out/summary.txt"
     tail -n 25 "$out/$name.log"
+}
+kernels_csv() {  # quick-or-not: the side-by-side sweep, Liger from .wheels/ when it is there
+    local wheel liger_dir
+    wheel=$(ls .wheels/liger_kernel-*.whl 2>/dev/null | tail -n 1)
+    if [ -n "$wheel" ] && ! python3 -c "import liger_kernel" 2>/dev/null; then
+        liger_dir=${TMPDIR:-/tmp}/liger-wheel
+        pip install -q --no-deps --target "$liger_dir" "$wheel" && export PYTHONPATH=$PYTHONPATH:$liger_dir
+    fi
+    run "bench_kernels_csv$1" python3 benchmarks/bench_kernels_csv.py --csv "$out/kernels.csv" \
+        --budget-s "${KERNELS_CSV_BUDGET_S:-480}" ${1:+--quick} ${KERNELS_CSV_OPS:+--ops $KERNELS_CSV_OPS}
 }
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
   python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
@@ -37,6 +52,8 @@ for step in "${@:2}"; do
                            tests/test_try_kernel_gpu.py tests/test_gpu_profile.py ;;
         advice) run advice python3 benchmarks/advice/run_advice.py --budget-s "${ADVICE_BUDGET_S:-45}" \
                     --out "$out/advice.csv" ${ADVICE_MODELS:+--models "$ADVICE_MODELS"} ;;
+        kernels_csv) kernels_csv "" ;;
+        kernels_csv_quick) kernels_csv _quick ;;
         *) echo "unknown step $step" ;;
     esac
 done
