@@ -31,7 +31,7 @@ _CHILD = r"""
 import json, resource, sys, time
 path, workers, with_attribute = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3] == "1"
 t0 = time.perf_counter()
-from kernel_advisor.collect.trace_reader import read_trace
+from kernel_advisor.collect.trace import read_trace
 import pandas
 import_s = time.perf_counter() - t0
 t1 = time.perf_counter()

@@ -50,7 +50,7 @@ def our_kernels(out: Path) -> list[dict]:
     from kernel_advisor.collect.loader import load_model
     from kernel_advisor.pipeline import profile_to_run
     from kernel_advisor.collect.rundir import load_run
-    from kernel_advisor.collect.trace_reader import read_trace
+    from kernel_advisor.collect.trace import read_trace
 
     loaded = load_model(WORKLOAD, device="cuda", dtype="bfloat16")
     args = {"device": "cuda", "mode": "inference", "dtype": "bfloat16", "warmup": 2, "steps": 1, "seed": 0,

@@ -22,7 +22,7 @@ from kernel_advisor.collect.profiler import Capture, Progress, capture
 from kernel_advisor.collect.run_meta import FILES, import_meta, profile_meta, run_json
 from kernel_advisor.collect.runner import no_operator_error
 from kernel_advisor.collect.rundir import RunWriter, check_writable_target, write_error, write_json_atomic, write_table
-from kernel_advisor.collect.trace_reader import TraceData, read_trace
+from kernel_advisor.collect.trace import TraceData, read_trace
 from kernel_advisor.errors import UserInputError
 
 

@@ -8,7 +8,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from kernel_advisor.collect.attribute import attribute, is_recognised
-from kernel_advisor.collect.trace_reader import read_trace
+from kernel_advisor.collect.trace import read_trace
 
 DATA = Path(__file__).parent / "data"
 FIXTURES = ["cuda_gpt_inference", "cuda_gpt_train", "cuda_gpt_compiled"]

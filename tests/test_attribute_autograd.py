@@ -11,7 +11,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from kernel_advisor.collect.attribute import attribute, op_label
 from kernel_advisor.collect.nesting import innermost_marked
-from kernel_advisor.collect.trace_reader import read_trace
+from kernel_advisor.collect.trace import read_trace
 
 DATA = Path(__file__).parent / "data"
 ACCUMULATE = "torch::autograd::AccumulateGrad"

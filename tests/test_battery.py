@@ -351,7 +351,7 @@ FORBIDDEN = [
      "YAML goes through yaml.SafeLoader / safe_load"),
     (r"\byaml\.(?!Safe|CSafe)\w*Loader\b", set(), "only SafeLoader builds Python objects from YAML safely"),
     (r"^\s*(import|from)\s+(pickle|cPickle|dill|cloudpickle|shelve|marshal|joblib)\b",
-     {"kernel_advisor/collect/trace_reader.py"},
+     {"kernel_advisor/collect/trace/pool.py"},
      "the trace reader pickles batches over pipes to worker processes it started; never from a file"),
     (r"\btorch\.load\s*\(|\b(np|numpy)\.load\s*\(|read_pickle|allow_pickle", set(), "no pickle from run directories"),
     (r"shell\s*=\s*True|\bos\.(system|popen)\s*\(", set(), "no shell: arguments are passed as lists"),

@@ -23,7 +23,7 @@ from kernel_advisor.analyze.costs.rnn import GATE_FLOPS, GATES
 from kernel_advisor.analyze.costs.upsample import (aa_flops_per_output,
                                                    interpolation_flops_per_output)
 from kernel_advisor.collect.attribute import PRICED_BY_CHILDREN, attribute
-from kernel_advisor.collect.trace_reader import read_trace
+from kernel_advisor.collect.trace import read_trace
 from test_costs_helpers import DTYPE_NAMES, first, record, recorded, tensor_bytes
 
 DATA = Path(__file__).parent / "data"

@@ -12,12 +12,13 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from kernel_advisor.collect.attribute import step_windows
-from kernel_advisor.collect.trace_reader import read_trace
+from kernel_advisor.collect.trace import read_trace
 from kernel_advisor.distributed.comms import (
-    comm_calls, comm_events, compute_intervals_us, in_windows, is_comm_kernel, is_comm_op, windows_array)
+    comm_calls, compute_intervals_us, in_windows, is_comm_kernel, is_comm_op, windows_array)
 from kernel_advisor.distributed.merge import merge_ranks
 from kernel_advisor.distributed.overlap import comm_overlap
 from kernel_advisor.distributed.rank_output import call_spans_us
@@ -66,30 +67,50 @@ def trace_file(tmp_path):
     return path
 
 
-def test_comm_events_parses_only_the_communication(trace_file):
-    names = sorted(e["name"] for e in comm_events(trace_file))
+def test_the_collectives_table_holds_only_the_communication(trace_file):
+    names = sorted(read_trace(trace_file).collectives["name"])
     # 5 NCCL kernels + the record_param_comms that describes one of them; not the step or the compute kernel
     assert names == sorted([AR] * 4 + ["ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(x)", "record_param_comms"])
 
 
-def test_a_trace_in_another_layout_is_parsed_whole(tmp_path, trace_file):
+def test_a_trace_in_another_layout_gives_the_same_collectives(tmp_path, trace_file):
     other = tmp_path / "compact.json"
-    other.write_text(json.dumps({"traceEvents": EVENTS}))  # one line: no kineto blocks to cut
-    by_name = lambda events: sorted(json.dumps(e, sort_keys=True) for e in events)  # noqa: E731
-    assert by_name(comm_events(other)) == by_name(comm_events(trace_file))
+    other.write_text(json.dumps({"traceEvents": EVENTS}))  # one line: no kineto blocks, the json path
+    pd.testing.assert_frame_equal(read_trace(other).collectives, read_trace(trace_file).collectives)
 
 
 def test_comm_calls_on_one_device_in_the_steps(trace_file):
     windows = np.array([[100.0, 1000.0]])
-    calls = comm_calls(comm_events(trace_file), world_size=2, windows=windows, device_index=0)
+    calls = comm_calls(read_trace(trace_file), world_size=2, windows=windows, device_index=0)
     assert calls["collective"].tolist() == ["all_reduce", "all_gather", "reduce_scatter"]
     assert calls["bytes"].iloc[0] == 1823 * 781 * 4  # fp32 all-reduce: 5_694_852 bytes
     assert calls["bytes"].iloc[1] == 127 * 2  # bf16, from record_param_comms: in = out = 127
     assert math.isnan(calls["bytes"].iloc[2])  # nothing recorded its size
     assert calls["group_size"].tolist() == [2, 2, 2]
     assert calls["dur_us"].tolist() == [50.0, 20.0, 10.0]
-    every_device = comm_calls(comm_events(trace_file), 2, windows)
+    every_device = comm_calls(read_trace(trace_file), 2, windows)
     assert len(every_device) == 4  # + GPU 1's kernel; the one after the step stays out
+
+
+def test_comm_calls_come_from_the_trace_read_once(trace_file, monkeypatch):
+    import builtins
+
+    from kernel_advisor.collect.trace import read
+
+    reads = []
+    stream = read.decompressed_chunks
+    monkeypatch.setattr(read, "decompressed_chunks", lambda path: reads.append(path) or stream(path))
+    trace = read_trace(trace_file)
+    assert reads == [trace_file]
+    trace_file.unlink()  # comms has no file to go back to
+
+    def no_open(*args, **kwargs):
+        raise AssertionError(f"comms opened {args[0] if args else kwargs}")
+
+    monkeypatch.setattr(builtins, "open", no_open)
+    calls = comm_calls(trace, world_size=2, windows=np.array([[100.0, 1000.0]]), device_index=0)
+    assert calls["collective"].tolist() == ["all_reduce", "all_gather", "reduce_scatter"]
+    assert reads == [trace_file]
 
 
 def test_windows_and_predicates():
@@ -105,7 +126,7 @@ def rank_calls(name):
     path = DATA / f"{name}.json.gz"
     trace = read_trace(path)
     windows = windows_array(step_windows(trace))
-    return trace, windows, comm_calls(comm_events(path), 2, windows)
+    return trace, windows, comm_calls(trace, 2, windows)
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -146,12 +167,12 @@ def test_nccl_ddp_rank_trace(rank):
     path = DATA / f"ddp_rank{rank}.json.gz"
     trace = read_trace(path)
     windows = windows_array(step_windows(trace))
-    calls = comm_calls(comm_events(path), 2, windows, device_index=rank)
+    calls = comm_calls(trace, 2, windows, device_index=rank)
     # 4 buckets of one layer each (bucket_cap_mb=0.25) x 2 steps; the kernels' own args give the size
     assert calls["collective"].tolist() == ["all_reduce"] * 8
     assert (calls["bytes"] == LAYER_BYTES).all() and (calls["dtype"] == "Float").all()
     assert (calls["group_size"] == 2).all() and (calls["source"] == "nccl_kernel").all()
-    assert comm_calls(comm_events(path), 2, windows, device_index=1 - rank).empty  # a rank sees its GPU only
+    assert comm_calls(trace, 2, windows, device_index=1 - rank).empty  # a rank sees its GPU only
     compute = compute_intervals_us(trace, windows, "cuda", rank)
     assert len(compute) > 50
     ov = comm_overlap(call_spans_us(calls), compute)
@@ -170,7 +191,8 @@ def test_nccl_kernels_belong_to_the_c10d_op():
 
 def test_nccl_fsdp_gathers_and_scatters():
     path = DATA / "ddp_fsdp_rank0.json.gz"
-    calls = comm_calls(comm_events(path), 2, windows_array(step_windows(read_trace(path))), device_index=0)
+    trace = read_trace(path)
+    calls = comm_calls(trace, 2, windows_array(step_windows(trace)), device_index=0)
     counts = calls["collective"].value_counts().to_dict()
     assert counts == {"all_gather": 16, "reduce_scatter": 8}  # per step: 4 forward + 4 backward gathers, 4 scatters
     # all-gather: In 32896 -> Out 65792 floats; reduce-scatter: In 65792 -> Out 32896; both size 263168 bytes
@@ -185,7 +207,7 @@ def test_nccl_ranks_merge():
         path = DATA / f"ddp_rank{rank}.json.gz"
         trace = read_trace(path)
         windows = windows_array(step_windows(trace))
-        calls = comm_calls(comm_events(path), 2, windows, device_index=rank)
+        calls = comm_calls(trace, 2, windows, device_index=rank)
         ov = comm_overlap(call_spans_us(calls), compute_intervals_us(trace, windows, "cuda", rank))
         results.append(RankResult(rank, 2, (2e-3, 2e-3), 3e-4, calls, ov))
     m = merge_ranks(results, ceiling_bytes_per_s=450e9)
@@ -202,8 +224,9 @@ def test_the_fsdp_straggler_shows_in_peer_waits():
     results = []
     for rank, step_s in ((0, 8.939e-3), (1, 8.879e-3)):  # the run's median steps: 1.007 apart
         path = DATA / f"ddp_fsdp_rank{rank}.json.gz"
-        windows = windows_array(step_windows(read_trace(path)))
-        results.append(RankResult(rank, 2, (step_s,), 0.0, comm_calls(comm_events(path), 2, windows, rank)))
+        trace = read_trace(path)
+        windows = windows_array(step_windows(trace))
+        results.append(RankResult(rank, 2, (step_s,), 0.0, comm_calls(trace, 2, windows, rank)))
     m = merge_ranks(results)
     assert m.straggler_ratio < 1.05
     # rank 0's collectives last 4.49 ms per step, rank 1's 0.07 ms: rank 0 waits 4.42 ms (49 %) for rank 1

@@ -7,7 +7,7 @@ from kernel_advisor.collect.attribute import attribute
 from kernel_advisor.collect.loader import load_model
 from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
 from kernel_advisor.collect.profiler import capture
-from kernel_advisor.collect.trace_reader import read_trace
+from kernel_advisor.collect.trace import read_trace
 
 MODEL = """
 import nvtx, torch, torch.nn as nn

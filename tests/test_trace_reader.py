@@ -1,4 +1,4 @@
-"""kernel_advisor.collect.trace_reader against an independent json.load reading of the same files."""
+"""kernel_advisor.collect.trace against an independent json.load reading of the same files."""
 from __future__ import annotations
 
 import gzip
@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kernel_advisor.collect import trace_reader
-from kernel_advisor.collect.trace_reader import TABLE_COLUMNS, TABLE_OF_CATEGORY, TraceData, read_trace
+from kernel_advisor.collect.trace import (TABLE_COLUMNS, TABLE_OF_CATEGORY, TraceData, fast_paths, pool, read_trace,
+                                         source, split)
 from kernel_advisor.errors import UserInputError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,7 +79,7 @@ def _assert_same_as_json(trace: TraceData, path: Path) -> None:
 
 def _assert_same(a: TraceData, b: TraceData, meta: bool = True) -> None:
     assert a.meta == b.meta or not meta
-    for table in TABLE_COLUMNS:
+    for table in [*TABLE_COLUMNS, "collectives"]:
         pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table))
 
 
@@ -287,8 +287,8 @@ def test_generated_trace_round_trips(generated):
 def test_block_and_chunk_boundaries_do_not_matter(monkeypatch, generated, block_bytes, read_bytes):
     path, _ = generated
     expected = read_trace(path, workers=1)
-    monkeypatch.setattr(trace_reader, "BLOCK_BYTES", block_bytes)
-    monkeypatch.setattr(trace_reader, "READ_BYTES", read_bytes)
+    monkeypatch.setattr(split, "BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(source, "READ_BYTES", read_bytes)
     _assert_same(read_trace(path, workers=1), expected)
 
 
@@ -297,8 +297,8 @@ def test_plain_json_cut_into_tiny_chunks(monkeypatch, tmp_path):
     # numbers and literals as the last members: a chunk may end inside any of them
     raw = raw.rstrip()[:-1] + b', "flag": true, "nothing": null, "tail_number": -1234567}'
     path = _write(tmp_path / "plain.json", raw)
-    monkeypatch.setattr(trace_reader, "READ_BYTES", 1)  # plain files are read 16 x READ_BYTES at a time
-    monkeypatch.setattr(trace_reader, "BLOCK_BYTES", 3000)
+    monkeypatch.setattr(source, "READ_BYTES", 1)  # plain files are read 16 x READ_BYTES at a time
+    monkeypatch.setattr(split, "BLOCK_BYTES", 3000)
     trace = read_trace(path)
     assert trace.meta["tail_number"] == -1234567
     assert trace.meta["flag"] is True and trace.meta["nothing"] is None
@@ -308,7 +308,7 @@ def test_plain_json_cut_into_tiny_chunks(monkeypatch, tmp_path):
 def test_workers_give_the_same_tables(monkeypatch, generated):
     path, _ = generated
     expected = read_trace(path, workers=1)
-    monkeypatch.setattr(trace_reader, "BLOCK_BYTES", 64_000)  # several blocks per worker
+    monkeypatch.setattr(split, "BLOCK_BYTES", 64_000)  # several blocks per worker
     _assert_same(read_trace(path, workers=2), expected)
 
 
@@ -323,15 +323,15 @@ def test_workers_that_cannot_run_leave_the_work_here(monkeypatch, generated, pyt
     # /nonexistent: the processes do not start; /bin/false: they start and exit at once
     path, _ = generated
     expected = read_trace(path, workers=1)
-    monkeypatch.setattr(trace_reader, "BLOCK_BYTES", 64_000)
-    monkeypatch.setattr(trace_reader.sys, "executable", python)
+    monkeypatch.setattr(split, "BLOCK_BYTES", 64_000)
+    monkeypatch.setattr(pool.sys, "executable", python)
     _assert_same(read_trace(path, workers=2), expected)
 
 
 def test_workers_start_from_a_script_on_stdin(generated):
     # multiprocessing's spawn would re-run __main__ (here: stdin) in each worker and hang.
     path, counts = generated
-    script = (f"from kernel_advisor.collect.trace_reader import read_trace\n"
+    script = (f"from kernel_advisor.collect.trace import read_trace\n"
               f"t = read_trace({str(path)!r}, workers=2)\nprint(len(t.cpu_ops))\n")
     done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=300,
                           cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -348,12 +348,12 @@ def test_kineto_blocks_take_the_fast_path(tmp_path, generated, name):
         raw = re.sub(rb'("Ev Idx": \d+)\n', rb'\1, "flops": 2048\n', raw)
         _assert_same_as_json(read_trace(_write(tmp_path / "flops.json", raw)), tmp_path / "flops.json")
     start = raw.index(b"{", raw.index(b'"traceEvents"'))
-    rows = trace_reader._fast_rows(raw[start:raw.rindex(trace_reader._SEP) + 4])
+    rows = fast_paths.fast_rows(raw[start:raw.rindex(split.SEP) + 4])
     assert rows is not None
-    for table, pattern in (("cpu_ops", trace_reader._CPU_ARGS), ("gpu", trace_reader._GPU_ARGS),
-                           ("runtime", trace_reader._RUNTIME_ARGS)):
+    for table, pattern in (("cpu_ops", fast_paths.CPU_ARGS), ("gpu", fast_paths.GPU_ARGS),
+                           ("runtime", fast_paths.RUNTIME_ARGS)):
         assert rows[table], table
-        unread = trace_reader._args_columns(rows[table], pattern, pattern.groups)[-1]
+        unread = fast_paths.args_columns(rows[table], pattern, pattern.groups)[-1]
         assert not any(unread), table
 
 

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from kernel_advisor.collect.nesting import innermost_marked, innermost_region, nest_ops, self_time_us
-from kernel_advisor.collect.trace_reader import TraceData
+from kernel_advisor.collect.trace import TraceData
 from kernel_advisor.dtypes import PROFILER_NAMES
 from kernel_advisor.errors import UserInputError
 

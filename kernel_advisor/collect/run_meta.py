@@ -16,7 +16,7 @@ from kernel_advisor.collect.environment import device_info, numerics_settings, v
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.profiler import Capture, effective_dtype
 from kernel_advisor.collect.step_time import StepTime, overhead_ratio, step_time_estimate, trace_span_step_time
-from kernel_advisor.collect.trace_reader import TraceData, shapes_recorded
+from kernel_advisor.collect.trace import TraceData, shapes_recorded
 from kernel_advisor.records.run import SCHEMA_VERSION, RunRecord
 
 FILES = {"ops": "ops.csv", "sequence": "sequence.csv", "trace": "trace.json.gz"}

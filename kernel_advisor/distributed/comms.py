@@ -4,22 +4,21 @@ GPU (NCCL): kernels whose name starts with `nccl`. torch.profiler annotates them
 "Collective name", "In msg nelems", "Out msg nelems", "Group size" and "dtype"; the
 `record_param_comms` op that launched them carries the same keys and is the fallback.
 CPU (gloo): a collective runs on gloo's worker threads as a `gloo:<collective>` range
-with the tensor's dims and element type. Bandwidths follow NCCL's nccl-tests
-conventions (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md).
+with the tensor's dims and element type. These events come from `TraceData.collectives`,
+which the trace reader fills in its one pass over the file. Bandwidths follow NCCL's
+nccl-tests conventions (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md).
 """
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import re
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from kernel_advisor import dtypes
-from kernel_advisor.collect.trace_reader import TraceData
+from kernel_advisor.collect.trace import GLOO_PREFIX, TraceData, is_nccl_kernel
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
                "send_recv", "gather", "scatter", "barrier", "other")
@@ -32,7 +31,8 @@ _PREFIXES = (("allreduce", "all_reduce"), ("allgather", "all_gather"),
              ("scatter", "scatter"), ("barrier", "barrier"))
 COMM_COLUMNS = ("collective", "name", "source", "ts_us", "dur_us", "bytes", "group_size", "dtype",
                 "stream")
-COMM_OP_PREFIXES = ("c10d::", "record_param_comms", "nccl:", "gloo:")
+COMM_OP_PREFIXES = ("c10d::", "record_param_comms", "nccl:", GLOO_PREFIX)
+_CPU_CATEGORIES = ("user_annotation", "cpu_op")
 
 
 # ---------------------------------------------------------------- names
@@ -50,7 +50,7 @@ def normalise_collective(raw: str) -> str:
 
 def is_comm_kernel(name: str) -> bool:
     """NCCL launches kernels named ncclKernel_* (< 2.19) or ncclDevKernel_* (≥ 2.19)."""
-    return name.lower().startswith("nccl")
+    return is_nccl_kernel(name)
 
 
 def is_comm_op(name: str) -> bool:
@@ -95,52 +95,7 @@ def _positive(x: float | None) -> bool:
     return x is not None and not math.isnan(x) and x > 0
 
 
-# ---------------------------------------------------------------- reading a trace
-
-# Where a communication event mentions itself: NCCL kernels, gloo ranges, and every event
-# annotated with collective metadata (kernels and record_param_comms).
-_ANCHOR = re.compile(rb'"name": "(?:nccl|gloo:)|"Collective name"')
-_EVENT_START, _EVENT_END = b"\n  {", b"\n  }"  # kineto writes one event per block at indent 2
-
-
-def _decompressed(path: Path) -> bytes:
-    with open(path, "rb") as f:
-        data = f.read()
-    return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
-
-
-def comm_events(path: Path) -> list[dict]:
-    """The raw events of a chrome trace that describe communication, with their args.
-
-    Only the events around an anchor are parsed (a trace of a million kernels holds a few
-    hundred collectives); a trace not laid out the way kineto writes it is parsed whole.
-    """
-    text = _decompressed(Path(path))
-    events: dict[int, dict] = {}
-    for match in _ANCHOR.finditer(text):
-        start = text.rfind(_EVENT_START, 0, match.start())
-        end = text.find(_EVENT_END, match.end())
-        if start in events:
-            continue
-        try:
-            event = json.loads(text[start + 1:end + len(_EVENT_END)]) if start >= 0 and end >= 0 else None
-        except json.JSONDecodeError:
-            event = None
-        if not isinstance(event, dict):
-            return _all_comm_events(text)
-        events[start] = event
-    return list(events.values())
-
-
-def _all_comm_events(text: bytes) -> list[dict]:
-    doc = json.loads(text)
-    raw = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
-    return [e for e in raw if isinstance(e, dict) and _mentions_comm(e)]
-
-
-def _mentions_comm(event: dict) -> bool:
-    name = str(event.get("name", ""))
-    return name.startswith(("nccl", "gloo:")) or "Collective name" in _args(event)
+# ---------------------------------------------------------------- calls, from TraceData.collectives
 
 
 def windows_array(steps: pd.DataFrame) -> np.ndarray:
@@ -157,77 +112,60 @@ def in_windows(ts_us: np.ndarray, windows: np.ndarray) -> np.ndarray:
     return ok & (ts_us < windows[np.clip(idx, 0, None), 1])
 
 
-def _args(event: dict) -> dict:
-    args = event.get("args")
-    return args if isinstance(args, dict) else {}
-
-
-def _number(value) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def _launch_args(events: list[dict]) -> dict[int, dict]:
-    """External id → args of the CPU event that describes a collective (record_param_comms)."""
-    out: dict[int, dict] = {}
-    for e in events:
-        args = _args(e)
-        if e.get("cat") in ("cpu_op", "user_annotation") and "Collective name" in args:
-            ext = args.get("External id")
-            if ext is not None:
-                out.setdefault(int(ext), args)
+def _launch_info(collectives: pd.DataFrame) -> dict[int, tuple]:
+    """External id → the CPU event that describes a collective (record_param_comms), earliest first."""
+    cpu = collectives[collectives["cat"].isin(_CPU_CATEGORIES) & (collectives["collective"] != "")
+                      & (collectives["ext_id"] != -1)]
+    out: dict[int, tuple] = {}
+    for row in cpu.itertuples(index=False):
+        out.setdefault(row.ext_id, row)
     return out
 
 
-def _nccl_row(event: dict, described: dict, world_size: int) -> dict:
-    args = _args(event)
-    info = args if "Collective name" in args else described.get(int(args.get("External id", -1)), {})
-    name = str(event["name"])
-    collective = (normalise_collective(str(info["Collective name"])) if "Collective name" in info
-                  else kernel_collective(name))
-    group_recorded = _number(info.get("Group size"))
+def _nccl_row(row, described: dict, world_size: int) -> dict:
+    # NB: a kernel's "Collective name" recorded as "" counts as not recorded (the kernel name then says).
+    info = row if row.collective else described.get(row.ext_id)
+    collective = normalise_collective(info.collective) if info is not None else kernel_collective(row.name)
+    group_recorded = math.nan if info is None else info.group_size
     group = world_size if math.isnan(group_recorded) else int(group_recorded)
-    dtype = str(info.get("dtype", ""))
-    size = message_bytes(collective, _number(info.get("In msg nelems")), _number(info.get("Out msg nelems")),
-                         itemsize_bytes(dtype), group)
-    return {"collective": collective, "name": name, "source": "nccl_kernel", "ts_us": float(event["ts"]),
-            "dur_us": float(event.get("dur", 0.0)), "bytes": size, "group_size": group, "dtype": dtype,
-            "stream": str(args.get("stream", ""))}
+    dtype = "" if info is None else info.dtype
+    in_nelems, out_nelems = (math.nan, math.nan) if info is None else (info.in_nelems, info.out_nelems)
+    size = message_bytes(collective, in_nelems, out_nelems, itemsize_bytes(dtype), group)
+    return {"collective": collective, "name": row.name, "source": "nccl_kernel", "ts_us": row.ts_us,
+            "dur_us": row.dur_us, "bytes": size, "group_size": group, "dtype": dtype,
+            "stream": "" if row.stream == -1 else str(row.stream)}
 
 
-def _gloo_row(event: dict, world_size: int) -> dict:
-    args = _args(event)
-    collective = normalise_collective(str(event["name"]))
-    dims = args.get("Input Dims") or []
-    types = args.get("Input type") or []
+def _gloo_row(row, world_size: int) -> dict:
+    collective = normalise_collective(row.name)
+    dims = json.loads(row.input_dims) if row.input_dims else []
+    types = json.loads(row.input_types) if row.input_types else []
     nelems = sum(float(np.prod(d)) for d in dims if isinstance(d, list) and d and
                  all(isinstance(x, int) for x in d))
     dtype = next((t for t in types if t), "")
     size = message_bytes(collective, nelems, math.nan, itemsize_bytes(dtype), world_size)
-    return {"collective": collective, "name": str(event["name"]), "source": "gloo",
-            "ts_us": float(event["ts"]), "dur_us": float(event.get("dur", 0.0)), "bytes": size,
-            "group_size": world_size, "dtype": dtype, "stream": str(event.get("tid", ""))}
+    # NB: a thread the trace names by text (not kineto's integer tid) shows as its negative id.
+    return {"collective": collective, "name": row.name, "source": "gloo", "ts_us": row.ts_us,
+            "dur_us": row.dur_us, "bytes": size, "group_size": world_size, "dtype": dtype,
+            "stream": str(row.tid)}
 
 
-def comm_calls(events: list[dict], world_size: int, windows: np.ndarray,
+def comm_calls(trace: TraceData, world_size: int, windows: np.ndarray,
                device_index: int | None = None) -> pd.DataFrame:
     """One row per collective call that starts in a profiled step (columns COMM_COLUMNS), by time.
 
-    `device_index` keeps only the kernels of that GPU (a rank profiles its own device).
+    Read from the trace's collectives table (filled as the trace was read; the file is not
+    opened again). `device_index` keeps only the kernels of that GPU (a rank profiles its own device).
     """
-    described = _launch_args(events)
+    table = trace.collectives
+    described = _launch_info(table)
     rows = []
-    for e in events:
-        if e.get("ph") != "X":
-            continue
-        name = str(e.get("name", ""))
-        if e.get("cat") == "kernel" and is_comm_kernel(name):
-            if device_index is None or _args(e).get("device") in (None, device_index):
-                rows.append(_nccl_row(e, described, world_size))
-        elif name.startswith("gloo:") and e.get("cat") in ("user_annotation", "cpu_op"):
-            rows.append(_gloo_row(e, world_size))
+    for row in table.itertuples(index=False):
+        if row.cat == "kernel" and is_comm_kernel(row.name):
+            if device_index is None or row.device in (-1, device_index):
+                rows.append(_nccl_row(row, described, world_size))
+        elif row.name.startswith(GLOO_PREFIX) and row.cat in _CPU_CATEGORIES:
+            rows.append(_gloo_row(row, world_size))
     calls = pd.DataFrame(rows, columns=list(COMM_COLUMNS))
     keep = in_windows(calls["ts_us"].to_numpy(float), windows)
     return calls[keep].sort_values("ts_us", kind="stable").reset_index(drop=True)

@@ -19,7 +19,7 @@ from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.profiler import Capture
 from kernel_advisor.collect.run_meta import run_json
 from kernel_advisor.collect.rundir import write_json_atomic, write_table
-from kernel_advisor.distributed.comms import comm_calls, comm_events, compute_intervals_us, windows_array
+from kernel_advisor.distributed.comms import comm_calls, compute_intervals_us, windows_array
 from kernel_advisor.distributed.overlap import Overlap, comm_overlap
 from kernel_advisor.pipeline import analyze_capture  # the same sequence a single-process run takes
 
@@ -51,7 +51,7 @@ def write_rank_dir(rank_dir: Path, loaded: LoadedModel, args: dict, cap: Capture
     trace, attr, ops, meta = run.trace, run.attr, run.ops, run.meta
     windows = windows_array(step_windows(trace))
     device_index = loaded.device.index if device_type == "cuda" else None
-    calls = comm_calls(comm_events(cap.trace_path), info["world_size"], windows, device_index)
+    calls = comm_calls(trace, info["world_size"], windows, device_index)
     overlap = comm_overlap(call_spans_us(calls), compute_intervals_us(trace, windows, device_type, device_index))
     meta.update(files=dict(RANK_FILES),
                 rank={**info, "comm_calls": len(calls), "overlap": overlap_json(overlap)})

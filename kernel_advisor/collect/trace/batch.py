@@ -1,0 +1,50 @@
+"""One work item -> one batch ({table: {column: values}}): the regex fast paths first, json
+when they cannot read the block. This is what a worker process runs."""
+from __future__ import annotations
+
+import json
+
+from kernel_advisor.collect.trace.collectives import collective_batch, collective_rows
+from kernel_advisor.collect.trace.columns import (convert, cpu_columns, gpu_annotation_columns, gpu_columns,
+                                                  header_columns, runtime_columns)
+from kernel_advisor.collect.trace.fast_paths import SlowPath, fast_rows
+from kernel_advisor.collect.trace.json_path import rows_from_events
+from kernel_advisor.collect.trace.tables import TABLE_COLUMNS
+
+_BUILDERS = {"cpu_ops": cpu_columns, "annotations": header_columns, "gpu": gpu_columns,
+             "gpu_annotations": gpu_annotation_columns, "runtime": runtime_columns}
+
+
+def item_batch(item: tuple) -> dict | str:
+    """A batch, or what is wrong with a damaged block."""
+    kind, _offset, payload = item
+    if kind == "events":
+        return rows_batch(rows_from_events(payload))
+    payload = bytes(payload)
+    rows = fast_rows(payload)
+    if rows is not None:
+        try:
+            return rows_batch(rows)
+        except (SlowPath, ValueError):  # ValueError: a number field holding something else
+            pass
+    try:
+        events = json.loads(b"[" + payload + b"]")
+    except json.JSONDecodeError as e:
+        return f"is not valid JSON: {e.msg}"
+    except UnicodeDecodeError as e:
+        return f"is not UTF-8 text: {e.reason}"
+    return rows_batch(rows_from_events(events))
+
+
+def rows_batch(rows: dict[str, list]) -> dict:
+    """Header tuples per table -> converted columns per table, and "collectives" when the
+    block holds any communication."""
+    batch, communication = {}, []
+    for table, table_rows in rows.items():
+        if table_rows:
+            raw = _BUILDERS[table](table_rows)
+            batch[table] = {name: convert(raw[name], kind) for name, kind in TABLE_COLUMNS[table]}
+            communication += collective_rows(table, table_rows, raw, batch[table])
+    if communication:
+        batch["collectives"] = collective_batch(communication)
+    return batch
