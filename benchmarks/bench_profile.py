@@ -31,7 +31,7 @@ def one(mode: str, steps: int, out: Path) -> dict:
         "step_ms_unprofiled": 1e3 * statistics.median(meta["unprofiled_step_wall_s"]),
         "overhead_ratio": meta["profiler_overhead_ratio"],
         "device_busy_frac": meta["device_busy_frac"],
-        "rows_sum_over_total": float(run.ops["device_time_s"].sum() / meta["total_device_time_s"]),
+        "rows_sum_over_total": float(run.ops["device_time_total_s"].sum() / meta["total_device_time_s"]),
         "modelled_time_pct": meta["coverage"]["modelled_time_pct"],
         "ceilings_source": meta["ceilings"]["source"],
         "top": [{"name": r.name, "share_pct": r.share_pct, "verdict": r.verdict,

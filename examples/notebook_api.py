@@ -36,7 +36,7 @@ def main() -> None:
     out = Path(tempfile.mkdtemp(prefix="advisor-api-")) / "run"
     run = ka.profile(model, lambda: [torch.randn(4, 256, 256, device=device)], device=device, steps=3, warmup=2,
                      out=out)
-    cols = ["name", "share_pct", "flops", "bytes", "verdict"]
+    cols = ["name", "share_pct", "flops_per_call", "bytes_per_call", "verdict"]
     print(run.ops.sort_values("share_pct", ascending=False)[cols].head(8).to_string(index=False))
     for rec in run.recommend(measure=True, top=3):
         measured = rec.measured

@@ -37,7 +37,7 @@ class OpSpec:
     shapes: list
     dtypes: list
     calls: int
-    device_time_s: float  # total over all profiled steps
+    device_time_total_s: float
     region: str = ""
     flops: float | None = None
     bytes: float | None = None
@@ -48,39 +48,40 @@ class OpSpec:
 
 
 def _analysis(op: OpSpec, ceilings: dict) -> dict:
-    mean_s = op.device_time_s / op.calls
+    mean_s = op.device_time_total_s / op.calls
     if op.flops is None:
         nan = math.nan
-        return {"modelled": False, "flops": nan, "bytes": nan, "intensity": nan, "compute_path": "",
-                "peak_flops_per_s": nan, "bandwidth_bytes_per_s": nan, "roofline_s": nan,
+        return {"modelled": False, "flops_per_call": nan, "bytes_per_call": nan, "intensity": nan,
+                "compute_path": "", "peak_flops_per_s": nan, "bandwidth_bytes_per_s": nan, "roofline_per_call_s": nan,
                 "achieved_flops_per_s": nan, "achieved_bytes_per_s": nan, "efficiency_frac": nan,
-                "headroom_s": nan, "verdict": "unknown"}
+                "headroom_total_s": nan, "verdict": "unknown"}
     peak = ceilings["peak_flops_per_s"][op.compute_path]
     bandwidth = ceilings["bandwidth_bytes_per_s"]
     roofline_s = max(op.flops / peak, op.bytes / bandwidth)
-    return {"modelled": True, "flops": op.flops, "bytes": op.bytes,
+    return {"modelled": True, "flops_per_call": op.flops, "bytes_per_call": op.bytes,
             "intensity": op.flops / op.bytes if op.bytes else math.nan, "compute_path": op.compute_path,
-            "peak_flops_per_s": peak, "bandwidth_bytes_per_s": bandwidth, "roofline_s": roofline_s,
+            "peak_flops_per_s": peak, "bandwidth_bytes_per_s": bandwidth, "roofline_per_call_s": roofline_s,
             "achieved_flops_per_s": op.flops / mean_s, "achieved_bytes_per_s": op.bytes / mean_s,
-            "efficiency_frac": roofline_s / mean_s, "headroom_s": op.device_time_s - op.calls * roofline_s,
+            "efficiency_frac": roofline_s / mean_s,
+            "headroom_total_s": op.device_time_total_s - op.calls * roofline_s,
             "verdict": op.verdict}
 
 
 def ops_frame(ops: list[OpSpec], steps: int, ceilings: dict) -> pd.DataFrame:
-    total_s = sum(op.device_time_s for op in ops)
+    total_s = sum(op.device_time_total_s for op in ops)
     rows = []
     for row_id, op in enumerate(ops):
         rows.append({
             "row_id": row_id, "name": op.name, "kind": op.kind, "input_shapes": op.shapes,
             "input_dtypes": op.dtypes, "input_strides": [], "concrete_inputs": [], "calls": op.calls,
-            "device_time_s": op.device_time_s, "device_time_per_step_s": op.device_time_s / steps,
-            "mean_device_time_s": op.device_time_s / op.calls,
-            "share_pct": 100 * op.device_time_s / total_s if total_s else 0.0,
-            "cpu_time_s": op.device_time_s * 0.5, "kernels": op.kernels, "kernel_count": op.calls,
-            "mean_kernel_s": op.device_time_s / op.calls, "max_blocks": 264, "first_seq": row_id,
+            "device_time_total_s": op.device_time_total_s, "device_time_per_step_s": op.device_time_total_s / steps,
+            "device_time_per_call_s": op.device_time_total_s / op.calls,
+            "share_pct": 100 * op.device_time_total_s / total_s if total_s else 0.0,
+            "cpu_time_total_s": op.device_time_total_s * 0.5, "kernels": op.kernels, "kernel_count": op.calls,
+            "kernel_time_per_launch_s": op.device_time_total_s / op.calls, "max_blocks": 264, "first_seq": row_id,
             "region": op.region, **_analysis(op, ceilings)})
     frame = pd.DataFrame(rows)
-    return frame.sort_values("device_time_s", ascending=False, kind="stable") if rows else frame
+    return frame.sort_values("device_time_total_s", ascending=False, kind="stable") if rows else frame
 
 
 def sequence_frame(ops: list[OpSpec], steps: int) -> pd.DataFrame:
@@ -90,11 +91,11 @@ def sequence_frame(ops: list[OpSpec], steps: int) -> pd.DataFrame:
             for _ in range(max(op.calls // steps, 1)):
                 rows.append({"seq": seq, "step": step, "name": op.name, "row_id": row_id,
                              "input_shapes": op.shapes, "input_dtypes": op.dtypes,
-                             "device_time_s": op.device_time_s / op.calls, "start_us": 10.0 * seq,
+                             "device_time_per_call_s": op.device_time_total_s / op.calls, "start_us": 10.0 * seq,
                              "region": op.region})
                 seq += 1
     return pd.DataFrame(rows, columns=["seq", "step", "name", "row_id", "input_shapes", "input_dtypes",
-                                       "device_time_s", "start_us", "region"])
+                                       "device_time_per_call_s", "start_us", "region"])
 
 
 def run_meta(steps: int, step_wall_s: list[float], ceilings: dict | None, total_device_time_s: float,
@@ -129,7 +130,7 @@ def write_run(path: Path, ops: list[OpSpec], steps: int = 2, step_wall_s: list[f
     frame = ops_frame(ops, steps, ceilings or h200_ceilings())
     if not analyzed:
         frame = frame.drop(columns=[c for c in _analysis(ops[0], h200_ceilings()) if c in frame])
-    total_s = sum(op.device_time_s for op in ops)
+    total_s = sum(op.device_time_total_s for op in ops)
     meta = run_meta(steps, step_wall_s or [0.005] * steps, ceilings, total_s, **meta_overrides)
     with RunWriter(Path(path), update_latest=False) as tmp:
         write_table(tmp / "ops.csv", frame)
@@ -170,7 +171,7 @@ def recommendations_doc(softmax_row_id: int = 1) -> dict:
                 "speedup": {"value": 1.21, "low": 1.18, "high": 1.24}, "gain_frac": 0.174, "verdict": "faster",
                 "step_s": {"value": 1.9e-3, "low": 1.85e-3, "high": 1.95e-3}, "gate": None}
     return {
-        "schema_version": 2, "step_s": 0.0023, "total_estimated_gain_per_step_s": 5e-4,
+        "schema_version": 3, "step_s": 0.0023, "total_estimated_gain_per_step_s": 5e-4,
         "run": {"dir": None, "model": "model.py"}, "findings": [], "hotspots": [],
         "plan": {"actions": ["kernel:triton-softmax"], "rules": ["fuse-softmax"], "measured": measured},
         "recommendations": [

@@ -19,7 +19,7 @@ def _measured(gain, verdict="faster", status="passed", speedup=None):
 
 
 SAMPLE = {
-    "schema_version": 2, "run": {"dir": "run"}, "step_s": 0.004,
+    "schema_version": 3, "run": {"dir": "run"}, "step_s": 0.004,
     "recommendations": [
         # measured rank 1, predicted rank 2: the row keeps the predicted rank
         {"rank": 1, "predicted_rank": 2, "rule_id": "compile-fuse-elementwise", "tier": "compile",

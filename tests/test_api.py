@@ -34,7 +34,7 @@ def test_profile_returns_a_run_with_flops(run):
     assert isinstance(run.ops, pd.DataFrame) and len(run.ops)
     linear = run.ops[run.ops["name"] == "aten::linear"]
     # qkv: 2 · (2·64 rows) · 128 · 384 = 12,582,912 FLOPs per call, among the linear rows
-    assert 2 * 2 * 64 * 128 * 384 in set(linear["flops"].astype(int))
+    assert 2 * 2 * 64 * 128 * 384 in set(linear["flops_per_call"].astype(int))
     assert run.meta["args"]["device"] == "cpu" and (run.path / "run.json").is_file()
 
 

@@ -27,7 +27,7 @@ def test_rows_add_up_to_total_device_time(name):
     att = attribute(read_trace(DATA / f"{name}.json.gz"), "cuda")
     expected_s = gpu_total_us(raw_events(name)) * 1e-6  # every GPU event of these traces is in a step
     assert att.total_device_time_s == pytest.approx(expected_s, rel=1e-9)
-    assert att.ops["device_time_s"].sum() == pytest.approx(att.total_device_time_s, rel=0.01)
+    assert att.ops["device_time_total_s"].sum() == pytest.approx(att.total_device_time_s, rel=0.01)
     assert att.ops["share_pct"].sum() == pytest.approx(100.0, rel=1e-6)
     assert sum(att.step_device_time_s) == pytest.approx(att.total_device_time_s, rel=1e-9)
     # timestamps are ~4e12 µs, so interval ends carry ~1e-3 µs of rounding
@@ -43,7 +43,7 @@ def test_linear_owns_its_addmm_kernel():
     linear = att.ops[att.ops["name"] == "aten::linear"]
     assert (linear["kernel_count"] > 0).all() and (linear["max_blocks"] > 0).all()
     kernels = json.loads(linear.iloc[0]["kernels"])
-    assert sum(k["time_s"] for k in kernels) == pytest.approx(linear.iloc[0]["device_time_s"])
+    assert sum(k["time_total_s"] for k in kernels) == pytest.approx(linear.iloc[0]["device_time_total_s"])
 
 
 def test_backward_ops_on_the_autograd_thread_are_attributed():
@@ -104,7 +104,7 @@ def test_cpu_self_time_rolls_up_to_the_outermost_op(tmp_path):
     att = attribute(trace, "cpu")
     names = set(att.ops["name"])
     assert {"aten::linear", "aten::gelu"} <= names and "aten::addmm" not in names
-    assert att.ops["device_time_s"].sum() == pytest.approx(att.total_device_time_s, rel=1e-9)
+    assert att.ops["device_time_total_s"].sum() == pytest.approx(att.total_device_time_s, rel=1e-9)
     linear = att.ops[att.ops["name"] == "aten::linear"]
     assert int(linear["calls"].sum()) == 4  # 2 layers * 2 steps
     assert len(att.step_wall_s) == 2
@@ -131,7 +131,7 @@ def test_orphan_kernels_memcpy_and_out_of_step_work(tmp_path):
     ]
     att = attribute(synthetic_trace(tmp_path, events), "cuda")
     rows = att.ops.set_index("name")
-    assert rows.loc["aten::add", "device_time_s"] == pytest.approx(3e-6)
+    assert rows.loc["aten::add", "device_time_total_s"] == pytest.approx(3e-6)
     assert rows.loc["aten::add", "max_blocks"] == 2
     assert rows.loc["ncclKernel_AllReduce", "kind"] == "kernel"
     assert rows.loc["Memcpy HtoD (Pageable -> Device)", "kind"] == "memcpy"

@@ -72,7 +72,7 @@ def test_forward_and_backward_occurrences_never_share_a_row(train_cpu):
     seq = att.sequence
     for row_id, node in ((fwd["row_id"], ""), (bwd["row_id"], "MulBackward0")):
         assert set(seq.loc[seq["row_id"] == row_id, "autograd_node"]) == {node}
-    assert att.ops["device_time_s"].sum() == pytest.approx(att.total_device_time_s, rel=1e-9)
+    assert att.ops["device_time_total_s"].sum() == pytest.approx(att.total_device_time_s, rel=1e-9)
 
 
 def test_engine_work_is_internal_and_attributed_to_the_forward_op(train_cpu):

@@ -95,7 +95,7 @@ RUN_CASES = [
     Case("truncated-table", ("compare", "{run}", "{tmp}/truncated-run"), 1, ("ops.csv is truncated",),
          damage.truncated_ops),
     Case("garbage-table", ("recommend", "{tmp}/garbage-run"), 1, ("is not a run table",), damage.garbage_ops),
-    Case("damaged-cell", ("report", "{tmp}/damaged-cell-run"), 1, ("non-numeric values in device_time_s",),
+    Case("damaged-cell", ("report", "{tmp}/damaged-cell-run"), 1, ("non-numeric values in device_time_total_s",),
          damage.damaged_cell),
     Case("latest-points-nowhere", ("recommend",), 1, ("no longer exists",), damage.stale_latest),
     Case("partial-dir-by-hand", ("report", "{tmp}/.mlp-20260101-000000.partial-4242"), 1,

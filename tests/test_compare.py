@@ -70,19 +70,19 @@ def test_per_op_deltas_hand_worked(two_runs):
     assert ops.iloc[0]["name"] == "aten::_softmax"  # the largest |delta|: 0.6 ms/step gone
     softmax = _row(ops, "aten::_softmax")
     assert (softmax.in_a, softmax.in_b) == (True, False)
-    assert softmax.time_a_s == pytest.approx(0.6 * MS) and softmax.time_b_s == 0.0  # 1.2 ms / 2 steps
-    assert softmax.delta_s == pytest.approx(-0.6 * MS) and math.isnan(softmax.ratio)
+    assert softmax.time_per_step_a_s == pytest.approx(0.6 * MS) and softmax.time_per_step_b_s == 0.0  # 1.2 ms / 2 steps
+    assert softmax.delta_per_step_s == pytest.approx(-0.6 * MS) and math.isnan(softmax.ratio)
     linear = _row(ops, "aten::linear")
-    assert linear.time_a_s == pytest.approx(1.0 * MS)  # 2.0 ms / 2 steps
-    assert linear.time_b_s == pytest.approx(0.8 * MS)  # 3.2 ms / 4 steps
-    assert linear.delta_s == pytest.approx(-0.2 * MS) and linear.ratio == pytest.approx(0.8)
-    assert (linear.calls_a, linear.calls_b) == (2.0, 2.0)  # 4 calls / 2 steps, 8 / 4
+    assert linear.time_per_step_a_s == pytest.approx(1.0 * MS)  # 2.0 ms / 2 steps
+    assert linear.time_per_step_b_s == pytest.approx(0.8 * MS)  # 3.2 ms / 4 steps
+    assert linear.delta_per_step_s == pytest.approx(-0.2 * MS) and linear.ratio == pytest.approx(0.8)
+    assert (linear.calls_per_step_a, linear.calls_per_step_b) == (2.0, 2.0)  # 4 calls / 2 steps, 8 / 4
     ln = _row(ops, "aten::layer_norm")
-    assert ln.delta_s == pytest.approx(0.0, abs=1e-12) and ln.ratio == pytest.approx(1.0)  # 0.4/2 = 0.8/4
+    assert ln.delta_per_step_s == pytest.approx(0.0, abs=1e-12) and ln.ratio == pytest.approx(1.0)  # 0.4/2 = 0.8/4
     triton = _row(ops, "triton_per_fused__softmax_0")
-    assert (triton.in_a, triton.in_b, triton.time_b_s) == (False, True, pytest.approx(0.2 * MS))
+    assert (triton.in_a, triton.in_b, triton.time_per_step_b_s) == (False, True, pytest.approx(0.2 * MS))
     # Every delta together is the change of device time per step: 1.405 - 2.0 = -0.595 ms.
-    assert ops["delta_s"].sum() == pytest.approx(-0.595 * MS)
+    assert ops["delta_per_step_s"].sum() == pytest.approx(-0.595 * MS)
     assert len(ops) == 8  # 6 ops in A, softmax gone, triton kernel and fill_ new: 6 + 2
 
 
@@ -133,11 +133,11 @@ def test_ops_match_on_shapes_and_dtypes_not_name_alone(tmp_path, change):
 @pytest.mark.parametrize("steps_b", [1, 7])
 def test_times_are_per_step_so_step_counts_may_differ(tmp_path, steps_b):
     ops_a = gpt_like_ops()
-    ops_b = [OpSpec(o.name, o.shapes, o.dtypes, o.calls * steps_b, o.device_time_s / 2 * steps_b, o.region)
+    ops_b = [OpSpec(o.name, o.shapes, o.dtypes, o.calls * steps_b, o.device_time_total_s / 2 * steps_b, o.region)
              for o in ops_a]  # the same time per step as A's 2 steps
     cmp = compare_runs(load_run(write_run(tmp_path / "a", ops_a, steps=2)),
                        load_run(write_run(tmp_path / "b", ops_b, steps=steps_b)))
-    assert cmp.ops["delta_s"].abs().max() == pytest.approx(0.0, abs=1e-15)
+    assert cmp.ops["delta_per_step_s"].abs().max() == pytest.approx(0.0, abs=1e-15)
     assert cmp.ops["ratio"].tolist() == pytest.approx([1.0] * 6)
     assert cmp.new_hotspots.empty and cmp.vanished_hotspots.empty
 
@@ -148,7 +148,8 @@ def test_rows_sharing_a_key_in_two_regions_are_summed(tmp_path):
     cmp = compare_runs(load_run(write_run(tmp_path / "a", ops, steps=2)),
                        load_run(write_run(tmp_path / "b", ops[:1], steps=2)))
     row = cmp.ops.loc[op_key("aten::add", [[7, 1]], ["float32"])]
-    assert row.time_a_s == pytest.approx(2e-3) and row.time_b_s == pytest.approx(1.5e-3)  # (3+1)/2, 3/2
+    # (3+1)/2, 3/2
+    assert row.time_per_step_a_s == pytest.approx(2e-3) and row.time_per_step_b_s == pytest.approx(1.5e-3)
     assert row.region == "dec, enc"
 
 

@@ -451,7 +451,7 @@ def test_grouping_by_cost_arguments_keeps_every_microsecond(name):
     trace = read_trace(DATA / f"{name}.json.gz")
     plain, keyed = attribute(trace, "cuda"), attribute(trace, "cuda", cost_arguments=cost_arguments)
     assert keyed.total_device_time_s == plain.total_device_time_s
-    assert keyed.ops["device_time_s"].sum() == pytest.approx(plain.ops["device_time_s"].sum())
+    assert keyed.ops["device_time_total_s"].sum() == pytest.approx(plain.ops["device_time_total_s"].sum())
     assert len(keyed.ops) >= len(plain.ops)
     assert keyed.ops["calls"].sum() == plain.ops["calls"].sum()
 
@@ -471,7 +471,7 @@ def test_einsum_children_are_rows_on_cpu(tmp_path):
     assert "aten::bmm" in names  # priced by its own row, no longer folded into einsum
     bmm = att.ops[att.ops["name"] == "aten::bmm"].iloc[0]
     assert json.loads(bmm["input_shapes"]) == [[4, 32, 16], [4, 16, 8]]
-    assert att.ops["device_time_s"].sum() == pytest.approx(att.total_device_time_s, rel=1e-9)
+    assert att.ops["device_time_total_s"].sum() == pytest.approx(att.total_device_time_s, rel=1e-9)
 
 
 def _X(cat, name, ts, dur, tid=1, **args):
@@ -496,7 +496,7 @@ def test_einsum_kernels_go_to_bmm_unless_the_equation_is_recorded(tmp_path, equa
     att = attribute(read_trace(path), "cuda")
     assert list(att.ops["name"]) == [owner]
     row = att.ops.iloc[0]
-    assert row["device_time_s"] == pytest.approx(7e-6)
+    assert row["device_time_total_s"] == pytest.approx(7e-6)
     cost = op_cost(owner, json.loads(row["input_shapes"]), json.loads(row["input_dtypes"]),
                    json.loads(row["concrete_inputs"]))
     assert cost.flops == 2 * 4 * 32 * 16 * 8  # counted once, by whichever row owns the kernel
@@ -533,7 +533,7 @@ def test_held_out_sequence_model_is_modelled_and_counts_like_flop_counter(adviso
             "aten::upsample_bilinear2d", "aten::upsample_nearest2d"} <= names
 
     steps = run["steps"]
-    tool_flops = float((ops["flops"].fillna(0.0) * ops["calls"]).sum()) / steps
+    tool_flops = float((ops["flops_per_call"].fillna(0.0) * ops["calls"]).sum()) / steps
 
     module = _load_model(model_file)
     torch.manual_seed(0)
@@ -574,6 +574,6 @@ def test_profile_splits_rows_by_stride(tmp_path):
                                       "--out", str(out)])
     assert result.exit_code == 0, result.output
     ops = pd.read_csv(out / "ops.csv")
-    convs = sorted(ops.loc[ops["name"] == "aten::conv2d", "flops"])
+    convs = sorted(ops.loc[ops["name"] == "aten::conv2d", "flops_per_call"])
     # stride 1: 2·(2·32·16·16)·9 = 294,912; stride 2: 8·8 outputs → 73,728
     assert convs == [73728, 294912]

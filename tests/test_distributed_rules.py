@@ -15,7 +15,7 @@ GEMM = OpSpec("aten::mm", [[4096, 4096], [4096, 4096]], ["bfloat16"] * 2, 4, 4e-
 
 def fired(ops):
     frame = ops_frame(ops, STEPS, h200_ceilings())
-    meta = run_meta(STEPS, [0.01] * STEPS, h200_ceilings(), sum(o.device_time_s for o in ops))
+    meta = run_meta(STEPS, [0.01] * STEPS, h200_ceilings(), sum(o.device_time_total_s for o in ops))
     report = recommend(frame, sequence_frame(ops, STEPS), meta, RULES, ())
     return [(f.rule_id, r.label, r.message) for f in report.findings for r in f.recommendations]
 

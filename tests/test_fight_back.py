@@ -133,7 +133,7 @@ MODEL_CASES = [
 
 RUN_CASES = [
     *[Case(f"ops-missing-column-{cmd}", (*args, "{tmp}/damaged"), 1,
-           ("damaged/ops.csv is damaged: it lacks the column device_time_s", "profile again"), "drop_ops_column")
+           ("damaged/ops.csv is damaged: it lacks the column device_time_total_s", "profile again"), "drop_ops_column")
       for cmd, args in (("recommend", ("recommend",)), ("report", ("report",)), ("compare", ("compare", "{run}")))],
     Case("ops-missing-one-analysis-column", ("report", "{tmp}/damaged"), 1,
          ("ops.csv is damaged: it lacks the column verdict",), "drop_verdict"),
@@ -179,7 +179,7 @@ def _without_column(name: str):
 
 
 def drop_ops_column(run: Path) -> None:
-    _rewrite_csv(run / "ops.csv", _without_column("device_time_s"))
+    _rewrite_csv(run / "ops.csv", _without_column("device_time_total_s"))
 
 
 def drop_verdict(run: Path) -> None:
@@ -217,7 +217,7 @@ def deep_json_cell(run: Path) -> None:
 
 
 def deep_recommendations(run: Path) -> None:
-    (run / "recommendations.json").write_text('{"schema_version": 2, "x": ' + DEEP + "}")
+    (run / "recommendations.json").write_text('{"schema_version": 3, "x": ' + DEEP + "}")
 
 
 def deep_try_kernel(run: Path) -> None:

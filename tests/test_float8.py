@@ -48,7 +48,7 @@ def _gemm_row(efficiency: float, peak: float, verdict: str = "compute-bound", ca
 
 def _report(rows, *, capability, ceilings, mode="inference"):
     ops = op_table(rows)
-    total = float(ops["device_time_s"].sum())
+    total = float(ops["device_time_total_s"].sum())
     meta = run_meta(total_device_time_s=total, step_wall_s=total / 2 * 1.05, capability=capability,
                     ceilings=ceilings, mode=mode)
     return recommend(ops, sequence_from([]), meta, RULES)

@@ -42,16 +42,18 @@ def op_row(row_id: int, name: str, shapes: list, dtypes: list, calls: int, time_
     roof_s = max(flops / peak, nbytes / bandwidth) if modelled else NAN
     return {
         "row_id": row_id, "name": name, "input_shapes": shapes, "input_dtypes": dtypes, "input_strides": [],
-        "concrete_inputs": [], "calls": calls, "device_time_s": time_s, "device_time_per_step_s": time_s / STEPS,
-        "mean_device_time_s": mean_s, "cpu_time_s": 2 * time_s, "kernels": [], "kernel_count": kernel_count,
-        "mean_kernel_s": time_s / kernel_count if kernel_count else 0.0, "max_blocks": 132, "first_seq": row_id,
-        "modelled": modelled, "flops": flops if modelled else NAN, "bytes": nbytes if modelled else NAN,
+        "concrete_inputs": [], "calls": calls, "device_time_total_s": time_s,
+        "device_time_per_step_s": time_s / STEPS, "device_time_per_call_s": mean_s, "cpu_time_total_s": 2 * time_s,
+        "kernels": [], "kernel_count": kernel_count,
+        "kernel_time_per_launch_s": time_s / kernel_count if kernel_count else 0.0, "max_blocks": 132,
+        "first_seq": row_id, "modelled": modelled, "flops_per_call": flops if modelled else NAN,
+        "bytes_per_call": nbytes if modelled else NAN,
         "intensity": flops / nbytes if modelled else NAN, "peak_flops_per_s": peak,
-        "bandwidth_bytes_per_s": bandwidth, "roofline_s": roof_s,
+        "bandwidth_bytes_per_s": bandwidth, "roofline_per_call_s": roof_s,
         "achieved_flops_per_s": flops / mean_s if modelled and mean_s > 0 else NAN,
         "achieved_bytes_per_s": nbytes / mean_s if modelled and mean_s > 0 else NAN,
         "efficiency_frac": roof_s / mean_s if modelled and mean_s > 0 else NAN,
-        "headroom_s": max(time_s - calls * roof_s, 0.0) if modelled else NAN, **text,
+        "headroom_total_s": max(time_s - calls * roof_s, 0.0) if modelled else NAN, **text,
     }
 
 
@@ -73,9 +75,10 @@ def runs(draw):
     """(ops, sequence, run.json) of one random run, two profiled steps."""
     rows = [draw(op_rows(i)) for i in range(draw(st.integers(1, 8)))]
     ops = pd.DataFrame(rows)
-    ops["share_pct"] = 100 * ops["device_time_s"] / ops["device_time_s"].sum()  # NaN when all are 0
-    per_step = [(r["name"], r["row_id"], r["input_shapes"], r["input_dtypes"], r["device_time_s"] / 2) for r in rows]
-    total_s = float(ops["device_time_s"].sum())
+    ops["share_pct"] = 100 * ops["device_time_total_s"] / ops["device_time_total_s"].sum()  # NaN when all are 0
+    per_step = [(r["name"], r["row_id"], r["input_shapes"], r["input_dtypes"], r["device_time_total_s"] / 2)
+                for r in rows]
+    total_s = float(ops["device_time_total_s"].sum())
     device = draw(st.sampled_from(["cuda", "cpu"]))
     meta = run_meta(total_device_time_s=total_s, step_wall_s=total_s / 2 + draw(st.floats(0, 1e-2)),
                     device_type=device, capability=draw(st.sampled_from([None, [8, 0], [9, 0]])),

@@ -84,7 +84,7 @@ def test_ranked_by_measured_gain(measured):
 def test_recommendations_json_holds_the_measurement(measured):
     run, doc = measured
     saved = json.loads((run / "recommendations.json").read_text())
-    assert saved == doc and saved["schema_version"] == 2
+    assert saved == doc and saved["schema_version"] == 3
 
 
 def test_json_is_strict(measured):

@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 import kernel_advisor.cli
-from kernel_advisor.collect.rundir import load_run, resolve_run
+from kernel_advisor.collect.rundir import SCHEMA_VERSION, load_run, resolve_run
 
 DATA = Path(__file__).parent / "data"
 RUN_JSON_KEYS = {"schema_version", "tool_version", "created", "source", "model", "args", "device", "versions",
@@ -15,10 +15,11 @@ RUN_JSON_KEYS = {"schema_version", "tool_version", "created", "source", "model",
                  "peak_memory_bytes", "total_device_time_s", "device_busy_s", "device_busy_frac", "ceilings",
                  "coverage", "files"}
 OPS_COLUMNS = {"row_id", "name", "kind", "input_shapes", "input_dtypes", "input_strides", "concrete_inputs", "calls",
-               "device_time_s", "device_time_per_step_s", "mean_device_time_s", "share_pct", "cpu_time_s", "kernels",
-               "kernel_count", "mean_kernel_s", "max_blocks", "first_seq", "region", "modelled", "flops", "bytes",
-               "intensity", "compute_path", "peak_flops_per_s", "bandwidth_bytes_per_s", "roofline_s",
-               "achieved_flops_per_s", "achieved_bytes_per_s", "efficiency_frac", "headroom_s", "verdict"}
+               "device_time_total_s", "device_time_per_step_s", "device_time_per_call_s", "share_pct",
+               "cpu_time_total_s", "kernels", "kernel_count", "kernel_time_per_launch_s", "max_blocks", "first_seq",
+               "region", "modelled", "flops_per_call", "bytes_per_call", "intensity", "compute_path",
+               "peak_flops_per_s", "bandwidth_bytes_per_s", "roofline_per_call_s", "achieved_flops_per_s",
+               "achieved_bytes_per_s", "efficiency_frac", "headroom_total_s", "verdict"}
 
 runner = CliRunner()
 
@@ -38,7 +39,7 @@ def test_profile_gpt_example_writes_a_complete_run(advisor_home, examples_dir, m
     assert set(run.ops.columns) >= OPS_COLUMNS
     assert run.meta["device"]["type"] == "cpu" and run.meta["args"]["mode"] == mode
     assert run.meta["steps"] == 2 and len(run.meta["step_wall_s"]) == 2
-    assert run.ops["device_time_s"].sum() == pytest.approx(run.meta["total_device_time_s"], rel=0.01)
+    assert run.ops["device_time_total_s"].sum() == pytest.approx(run.meta["total_device_time_s"], rel=0.01)
     with gzip.open(run.path / "trace.json.gz") as f:
         assert "traceEvents" in json.load(f)
     names = list(run.sequence["name"])
@@ -52,7 +53,7 @@ def test_profile_json_output_is_machine_readable(advisor_home, examples_dir):
                   "--json", "--top", 3)
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert len(doc["hotspots"]) == 3 and doc["run"]["schema_version"] == 1
+    assert len(doc["hotspots"]) == 3 and doc["run"]["schema_version"] == SCHEMA_VERSION
     assert doc["hotspots"][0]["name"] == "aten::linear"  # 4 linears dominate the MLP
 
 
@@ -82,9 +83,9 @@ def test_import_a_real_h200_trace(advisor_home):
     run = load_run(resolve_run())
     assert run.meta["source"] == "import" and run.meta["device"]["name"] == "NVIDIA H200"
     assert run.meta["device"]["sm_count"] == 132
-    assert run.ops["device_time_s"].sum() == pytest.approx(run.meta["total_device_time_s"], rel=0.01)
+    assert run.ops["device_time_total_s"].sum() == pytest.approx(run.meta["total_device_time_s"], rel=0.01)
     mm = run.ops[run.ops["name"] == "aten::mm"]
-    assert mm["modelled"].all() and (mm["flops"] > 0).all()
+    assert mm["modelled"].all() and (mm["flops_per_call"] > 0).all()
 
 
 def test_import_missing_trace(advisor_home):

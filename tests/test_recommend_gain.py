@@ -12,7 +12,7 @@ from kernel_advisor.recommend.subjects import Subject
 
 CTX = run_context(run_meta(total_device_time_s=2e-3, step_wall_s=1.5e-3, busy_s=2e-3,
                            ceilings={"peak_flops_per_s": {"fp32": 50e12, "tf32": 400e12, "bf16_tc": 800e12}}))
-OPS = pd.DataFrame({"row_id": [1, 2], "roofline_s": [1e-5, float("nan")],
+OPS = pd.DataFrame({"row_id": [1, 2], "roofline_per_call_s": [1e-5, float("nan")],
                     "compute_path": ["fp32", "fp32"], "peak_flops_per_s": [50e12, 50e12]})
 
 
@@ -74,22 +74,22 @@ def test_precision_compute_bound(path, expected_s):
     # roof: max(20e9/50e12, 40e6/4e12) = 400 µs; 1000 µs measured per call (40 %), 2 calls per step
     # tf32: roof 50 µs → 1000 × 50/400 = 125 µs per call → (1000 − 125) × 2 = 1750 µs
     # bf16: roof 25 µs → 62.5 µs per call → (1000 − 62.5) × 2 = 1875 µs
-    subject = op_subject(flops=20e9, bytes=40e6, peak_flops_per_s=50e12, bandwidth_bytes_per_s=4e12,
-                         mean_device_time_s=1e-3, compute_path="fp32")
+    subject = op_subject(flops_per_call=20e9, bytes_per_call=40e6, peak_flops_per_s=50e12, bandwidth_bytes_per_s=4e12,
+                         device_time_per_call_s=1e-3, compute_path="fp32")
     g = gain(GainSpec("precision", target_path=path), subject)
     assert g.saving_per_step_s == pytest.approx(expected_s)
 
 
 def test_precision_memory_bound_gains_nothing():
     # roof max(1e6/50e12 = 20 ns, 4e7/4e12 = 10 µs) is the memory roof on every path
-    subject = op_subject(flops=1e6, bytes=4e7, peak_flops_per_s=50e12, bandwidth_bytes_per_s=4e12,
-                         mean_device_time_s=1e-4, compute_path="fp32")
+    subject = op_subject(flops_per_call=1e6, bytes_per_call=4e7, peak_flops_per_s=50e12, bandwidth_bytes_per_s=4e12,
+                         device_time_per_call_s=1e-4, compute_path="fp32")
     assert gain(GainSpec("tf32"), subject).saving_per_step_s == 0.0
 
 
 def test_precision_unknown_without_the_target_ceiling():
-    subject = op_subject(flops=20e9, bytes=40e6, peak_flops_per_s=50e12, bandwidth_bytes_per_s=4e12,
-                         mean_device_time_s=1e-4)
+    subject = op_subject(flops_per_call=20e9, bytes_per_call=40e6, peak_flops_per_s=50e12, bandwidth_bytes_per_s=4e12,
+                         device_time_per_call_s=1e-4)
     assert gain(GainSpec("precision", target_path="fp8_tc"), subject).saving_per_step_s is None
 
 

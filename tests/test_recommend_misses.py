@@ -16,7 +16,7 @@ BF16 = "bfloat16"
 
 
 def _report(row, step_s):
-    return recommend(op_table([row]), sequence_from([]), run_meta(total_device_time_s=row["device_time_s"],
+    return recommend(op_table([row]), sequence_from([]), run_meta(total_device_time_s=row["device_time_total_s"],
                      step_wall_s=step_s, ceilings=CEILINGS), RULES, KERNELS)
 
 

@@ -30,32 +30,32 @@ def op_row(row_id: int, name: str, shapes: list, dtypes: list, calls: int, time_
     nan = float("nan")
     return {
         "row_id": row_id, "name": name, "kind": kind, "input_shapes": shapes, "input_dtypes": dtypes,
-        "input_strides": strides or [], "concrete_inputs": [], "calls": calls, "device_time_s": time_s,
-        "device_time_per_step_s": time_s / STEPS, "mean_device_time_s": mean_s, "cpu_time_s": time_s,
-        "kernels": [], "kernel_count": kernels, "mean_kernel_s": time_s / kernels if kernels else 0.0,
+        "input_strides": strides or [], "concrete_inputs": [], "calls": calls, "device_time_total_s": time_s,
+        "device_time_per_step_s": time_s / STEPS, "device_time_per_call_s": mean_s, "cpu_time_total_s": time_s,
+        "kernels": [], "kernel_count": kernels, "kernel_time_per_launch_s": time_s / kernels if kernels else 0.0,
         "max_blocks": 132, "first_seq": 0, "region": region, "modelled": modelled,
-        "flops": flops if flops is not None else nan, "bytes": nbytes if nbytes is not None else nan,
+        "flops_per_call": flops if flops is not None else nan, "bytes_per_call": nbytes if nbytes is not None else nan,
         "intensity": (flops / nbytes) if flops and nbytes else nan, "compute_path": compute_path,
         "peak_flops_per_s": peak, "bandwidth_bytes_per_s": bw,
-        "roofline_s": roofline_s if modelled else nan,
+        "roofline_per_call_s": roofline_s if modelled else nan,
         "achieved_flops_per_s": flops / mean_s if flops is not None else nan,
         "achieved_bytes_per_s": nbytes / mean_s if nbytes is not None else nan,
         "efficiency_frac": roofline_s / mean_s if modelled else nan,
-        "headroom_s": time_s - calls * roofline_s if modelled else nan,
+        "headroom_total_s": time_s - calls * roofline_s if modelled else nan,
         "verdict": verdict,
     }
 
 
 def op_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(rows)
-    df["share_pct"] = 100.0 * df["device_time_s"] / df["device_time_s"].sum()
+    df["share_pct"] = 100.0 * df["device_time_total_s"] / df["device_time_total_s"].sum()
     return df
 
 
 def seq_entry(seq: int, step: int, name: str, row_id: int, shapes: list, dtypes: list, time_s: float,
               region: str = "") -> dict[str, Any]:
     return {"seq": seq, "step": step, "name": name, "row_id": row_id, "input_shapes": shapes,
-            "input_dtypes": dtypes, "device_time_s": time_s, "start_us": float(seq), "region": region}
+            "input_dtypes": dtypes, "device_time_per_call_s": time_s, "start_us": float(seq), "region": region}
 
 
 def sequence_from(ops: list[tuple[str, int, list, list, float]], steps: int = STEPS,
@@ -73,7 +73,7 @@ def run_meta(*, total_device_time_s: float, step_wall_s: float, device_type: str
              busy_s: float | None = None, cudnn_benchmark: bool = False, steps: int = STEPS,
              ceilings: dict | None = None, model_file: str = "examples/model.py") -> dict[str, Any]:
     return {
-        "schema_version": 1, "tool_version": "0.1.0", "source": "profile",
+        "schema_version": 2, "tool_version": "0.1.0", "source": "profile",
         "model": {"file": model_file, "sha256": "0" * 64, "entry": None},
         "args": {"device": device_type, "mode": mode, "dtype": "keep", "warmup": 1, "steps": steps, "seed": 0},
         "device": {"type": device_type, "name": "NVIDIA H200" if device_type == "cuda" else "cpu",

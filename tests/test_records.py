@@ -21,10 +21,10 @@ def test_round_trip_keeps_every_field():
     assert again["total_estimated_gain_per_step_s"] == doc["total_estimated_gain_per_step_s"]  # kept in `rest`
 
 
-@pytest.mark.parametrize("version", [1, 3, None, "2"])
+@pytest.mark.parametrize("version", [1, 2, 4, None, "3"])
 def test_other_schema_versions_are_refused(version):
     doc = dict(recommendations_doc(), schema_version=version)
-    with pytest.raises(UserInputError, match=f"schema_version {version!r}; this kernel_advisor reads version 2"):
+    with pytest.raises(UserInputError, match=f"schema_version {version!r}; this kernel_advisor reads version 3"):
         RecommendationsRecord.from_json(doc)
 
 
@@ -53,4 +53,4 @@ def test_read_from_a_run_directory(tmp_path):
 
 def test_strict_json_has_no_nan():
     assert strict({"a": float("nan"), "b": (1.0, float("inf")), "c": 2}) == {"a": None, "b": [1.0, None], "c": 2}
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3

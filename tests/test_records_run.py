@@ -76,7 +76,7 @@ def test_import_writes_the_records_document(tmp_path, monkeypatch):
     assert load_run(out).meta == doc
 
 
-@pytest.mark.parametrize("version", [0, 2, None, "1", True, 1.0])
+@pytest.mark.parametrize("version", [0, None, "1", True, 1.0, 2.0])
 def test_another_schema_version_is_refused_in_one_line_naming_the_file(tmp_path, version):
     path = write_run(tmp_path / "run", gpt_like_ops()) / "run.json"
     doc = json.loads(path.read_text())
@@ -86,7 +86,7 @@ def test_another_schema_version_is_refused_in_one_line_naming_the_file(tmp_path,
         load_run(path.parent)
     assert isinstance(e.value, UserInputError)
     line = one_line(e)
-    assert line.startswith(f"{path} was written with run schema {version!r}; this advisor reads run schema 1")
+    assert line.startswith(f"{path} was written with run schema {version!r}; this advisor reads run schemas 1, 2")
     assert "profile the model again" in line
 
 

@@ -111,9 +111,9 @@ class Cost:  # the attributes classify reads from costs.OpCost
 def _row(name, shapes, mean_s, *, kind="op", calls=10, cpu_call_s=1e-6, kernel_s=None,
          max_blocks=1000, kernel_file=""):
     return {"name": name, "kind": kind, "input_shapes": shapes, "input_dtypes": "[]",
-            "concrete_inputs": "[]", "calls": calls, "device_time_s": calls * mean_s,
-            "mean_device_time_s": mean_s, "cpu_time_s": calls * cpu_call_s,
-            "mean_kernel_s": mean_s if kernel_s is None else kernel_s,
+            "concrete_inputs": "[]", "calls": calls, "device_time_total_s": calls * mean_s,
+            "device_time_per_call_s": mean_s, "cpu_time_total_s": calls * cpu_call_s,
+            "kernel_time_per_launch_s": mean_s if kernel_s is None else kernel_s,
             "max_blocks": max_blocks, "kernel_file": kernel_file}
 
 
@@ -200,26 +200,27 @@ def test_compute_bound_row_numbers():
     assert r["modelled"] and r["compute_path"] == "bf16_tc"
     assert r["intensity"] == pytest.approx(333.333, rel=1e-5)  # 2e9 / 6e6
     assert r["peak_flops_per_s"] == 2e14 and r["bandwidth_bytes_per_s"] == 1e12
-    assert r["roofline_s"] == pytest.approx(1e-5)
+    assert r["roofline_per_call_s"] == pytest.approx(1e-5)
     assert r["achieved_flops_per_s"] == pytest.approx(1.6e14)  # 2e9 / 12.5e-6
     assert r["achieved_bytes_per_s"] == pytest.approx(4.8e11)  # 6e6 / 12.5e-6
     assert r["efficiency_frac"] == pytest.approx(0.8)
-    assert r["headroom_s"] == pytest.approx(2.5e-5)  # 10 * 12.5 us - 10 * 10 us
+    assert r["headroom_total_s"] == pytest.approx(2.5e-5)  # 10 * 12.5 us - 10 * 10 us
 
 
 def test_unknown_rows_carry_nan_not_zero():
     _, out, _ = _classify()
     r = out.loc["unmodelled"]
     assert not r["modelled"] and r["compute_path"] == ""
-    for column in ("flops", "bytes", "intensity", "roofline_s", "efficiency_frac", "headroom_s"):
+    for column in ("flops_per_call", "bytes_per_call", "intensity", "roofline_per_call_s", "efficiency_frac",
+                   "headroom_total_s"):
         assert math.isnan(r[column]), column
 
 
 def test_inductor_kernel_has_bytes_only():
     _, out, _ = _classify()
     r = out.loc["triton"]
-    assert r["modelled"] and math.isnan(r["flops"]) and r["bytes"] == 2.4e7
-    assert math.isnan(r["intensity"]) and r["roofline_s"] == pytest.approx(2.4e-5)
+    assert r["modelled"] and math.isnan(r["flops_per_call"]) and r["bytes_per_call"] == 2.4e7
+    assert math.isnan(r["intensity"]) and r["roofline_per_call_s"] == pytest.approx(2.4e-5)
     assert r["efficiency_frac"] == pytest.approx(0.8)
 
 
@@ -227,7 +228,7 @@ def test_classify_adds_exactly_the_documented_columns():
     ops, out, calls = _classify()
     assert list(out.columns) == list(ops.columns) + list(R.ANALYZE_COLUMNS)
     assert "verdict" not in ops.columns  # the input is not modified
-    assert out["modelled"].dtype == bool and out["flops"].dtype == float
+    assert out["modelled"].dtype == bool and out["flops_per_call"].dtype == float
     assert set(out["verdict"]) <= set(R.VERDICTS)
     # op rows reach the cost model with parsed JSON; kernel/memcpy rows never do
     assert ("aten::mm", [[1]], [], []) in calls
@@ -281,7 +282,7 @@ def test_cpu_runs_use_cpu_ceilings():
     assert r["compute_path"] == "fp32" and r["peak_flops_per_s"] == pytest.approx(192e9)
     # roof max(2e9/192e9, 6e6/51.2e9) = 10.42 ms of 20 ms = 52%: below the limiter,
     # a 20 ms op is not short -> under the compute roof
-    assert r["roofline_s"] == pytest.approx(2e9 / 192e9)
+    assert r["roofline_per_call_s"] == pytest.approx(2e9 / 192e9)
     assert r["efficiency_frac"] == pytest.approx(2e9 / 192e9 / 20e-3)
     assert r["verdict"] == "compute-bound"
 
@@ -314,14 +315,14 @@ def test_threshold_file_errors_name_the_line(tmp_path):
 def test_coverage():
     ops = pd.DataFrame({
         "name": ["aten::mm", "x", "x", "y", "z"],
-        "device_time_s": [3e-3, 1e-3, 0.5e-3, 0.5e-3, 0.0],
+        "device_time_total_s": [3e-3, 1e-3, 0.5e-3, 0.5e-3, 0.0],
         "modelled": [True, False, False, False, False],
     })
     cov = R.coverage(ops)
     assert cov["modelled_time_pct"] == pytest.approx(60.0)  # 3 of 5 ms
     # x's two shapes add up; z spent no device time and is not listed
-    assert cov["unmodelled"] == [{"name": "x", "device_time_s": pytest.approx(1.5e-3)},
-                                 {"name": "y", "device_time_s": pytest.approx(0.5e-3)}]
+    assert cov["unmodelled"] == [{"name": "x", "device_time_total_s": pytest.approx(1.5e-3)},
+                                 {"name": "y", "device_time_total_s": pytest.approx(0.5e-3)}]
     assert R.coverage(ops.iloc[:0])["modelled_time_pct"] == 100.0
 
 
@@ -334,8 +335,8 @@ def test_real_cost_model_feeds_classify():
     row["concrete_inputs"] = '["", ""]'
     out = R.classify(pd.DataFrame([row]), CEIL, RUN)
     r = out.iloc[0]
-    assert r["modelled"] and r["flops"] == 2 * 64 * 16 * 32  # 65_536
-    assert r["bytes"] == 4 * (64 * 32 + 32 * 16 + 64 * 16)  # 4 * 3584 = 14_336
+    assert r["modelled"] and r["flops_per_call"] == 2 * 64 * 16 * 32  # 65_536
+    assert r["bytes_per_call"] == 4 * (64 * 32 + 32 * 16 + 64 * 16)  # 4 * 3584 = 14_336
     assert r["compute_path"] == "fp32"  # TF32 off in RUN
 
 

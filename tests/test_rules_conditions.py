@@ -98,9 +98,9 @@ def test_evaluate_keeps_order_and_reports_each_check():
 
 def test_message_scales_si_evidence_to_display_units():
     evidence = {"name": "aten::softmax", "share_pct": 12.345, "time_per_step_s": 0.0015,
-                "efficiency_frac": 0.25, "bandwidth_bytes_per_s": 4.8e12, "mean_kernel_s": 3e-6}
+                "efficiency_frac": 0.25, "bandwidth_bytes_per_s": 4.8e12, "kernel_time_per_launch_s": 3e-6}
     text = fill_message("{name}: {share_pct:.1f} %, {time_per_step_ms:.2f} ms, {efficiency_pct:.0f} % of "
-                        "{bandwidth_gbps:.0f} GB/s, {mean_kernel_us:.1f} us", evidence, "op")
+                        "{bandwidth_gbps:.0f} GB/s, {kernel_time_per_launch_us:.1f} us", evidence, "op")
     # 0.0015 s = 1.50 ms; 0.25 = 25 %; 4.8e12 B/s = 4800 GB/s; 3e-6 s = 3.0 us
     assert text == "aten::softmax: 12.3 %, 1.50 ms, 25 % of 4800 GB/s, 3.0 us"
 

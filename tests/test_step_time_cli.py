@@ -166,7 +166,7 @@ def test_import_steps_divides_an_unmarked_trace(advisor_home, tmp_path):
     assert step["source"] == "trace-span" and step["low"] is None
     assert step["value"] == pytest.approx(run.meta["trace_step_wall_s"][0] / 3)
     linear = run.ops[run.ops["name"] == "aten::linear"].iloc[0]
-    assert linear["calls"] == 3 and linear["device_time_per_step_s"] == pytest.approx(linear["device_time_s"] / 3)
+    assert linear["calls"] == 3 and linear["device_time_per_step_s"] == pytest.approx(linear["device_time_total_s"] / 3)
     assert "whole trace / 3 steps (no step markers)" in res.stdout
 
 
@@ -212,7 +212,7 @@ def test_import_under_90_percent_modelled_names_the_unmodelled_ops(advisor_home,
 
 def test_coverage_warning_thresholds_and_more():
     meta = {"total_device_time_s": 1.0, "coverage": {"modelled_time_pct": 89.9, "unmodelled": [
-        {"name": f"op{i}", "device_time_s": 0.02} for i in range(5)]}}
+        {"name": f"op{i}", "device_time_total_s": 0.02} for i in range(5)]}}
     assert coverage_warning(meta).endswith("no FLOPs, bytes or roofline for op0 (2%), op1 (2%), op2 (2%), +2 more, "
                                            "so no verdict or gain estimate either")
     assert coverage_warning({**meta, "coverage": {"modelled_time_pct": 90.0, "unmodelled": []}}) is None

@@ -60,4 +60,4 @@ def test_recommend_json(run_dir):
     out, _ = run_dir
     result = runner.invoke(app, ["recommend", str(out), "--format", "json"])
     assert result.exit_code == 0, result.output
-    assert _strict(result.stdout)["schema_version"] == 2
+    assert _strict(result.stdout)["schema_version"] == 3

@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 import kernel_advisor.cli
 from kernel_advisor.collect.loader import file_sha256
+from kernel_advisor.records.run import SCHEMA_VERSION
 
 MODEL = textwrap.dedent("""
     import torch, torch.nn as nn, torch.nn.functional as F
@@ -137,13 +138,13 @@ def test_bad_counts_are_input_errors(files):
 def write_run(home, model_path, share_pct):
     run = home / "runs" / "tiny-20260101-000000"
     run.mkdir(parents=True)
-    meta = {"schema_version": 1, "model": {"file": str(model_path), "sha256": file_sha256(model_path)}}
+    meta = {"schema_version": SCHEMA_VERSION, "model": {"file": str(model_path), "sha256": file_sha256(model_path)}}
     (run / "run.json").write_text(json.dumps(meta))
-    # the columns every run has (collect/rundir.py OPS_COLUMNS, SEQUENCE_COLUMNS); try-kernel reads share_pct
-    (run / "ops.csv").write_text("row_id,name,kind,input_shapes,input_dtypes,calls,device_time_s,share_pct\n"
+    # the columns every run has (records/columns.py OPS_REQUIRED, SEQUENCE_REQUIRED); try-kernel reads share_pct
+    (run / "ops.csv").write_text("row_id,name,kind,input_shapes,input_dtypes,calls,device_time_total_s,share_pct\n"
                                  f"0,aten::linear,op,[],[],1,0.001,{100 - share_pct}\n"
                                  f"1,aten::softmax,op,[],[],1,0.001,{share_pct}\n")
-    (run / "sequence.csv").write_text("seq,step,name,row_id,input_shapes,input_dtypes,device_time_s\n"
+    (run / "sequence.csv").write_text("seq,step,name,row_id,input_shapes,input_dtypes,device_time_per_call_s\n"
                                       "0,0,aten::linear,0,[],[],0.001\n1,0,aten::softmax,1,[],[],0.001\n")
     (home / "runs" / "latest").write_text(run.name + "\n")
     return run

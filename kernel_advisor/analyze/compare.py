@@ -138,20 +138,21 @@ def per_step_ops(run: Run) -> pd.DataFrame:
     ops = run.ops
     steps = max(int(run.meta.get("steps") or 1), 1)
     if ops.empty:
-        return pd.DataFrame(columns=["name", "input_shapes", "input_dtypes", "region", "time_s",
-                                     "calls", "share_pct"], index=pd.Index([], name="key"))
+        return pd.DataFrame(columns=["name", "input_shapes", "input_dtypes", "region", "time_per_step_s",
+                                     "calls_per_step", "share_pct"], index=pd.Index([], name="key"))
     frame = pd.DataFrame({
         "key": [op_key(*k) for k in zip(*(ops[c] for c in KEY_COLUMNS))],
         "name": ops["name"], "input_shapes": ops["input_shapes"], "input_dtypes": ops["input_dtypes"],
         "region": ops["region"] if "region" in ops else "",
-        "time_s": ops["device_time_s"] / steps, "calls": ops["calls"] / steps,
+        "time_per_step_s": ops["device_time_total_s"] / steps, "calls_per_step": ops["calls"] / steps,
         "share_pct": ops["share_pct"],
     })
     return frame.groupby("key", sort=False).agg(
         name=("name", "first"), input_shapes=("input_shapes", "first"),
         input_dtypes=("input_dtypes", "first"),
         region=("region", lambda r: ", ".join(sorted({x for x in r if x}))),
-        time_s=("time_s", "sum"), calls=("calls", "sum"), share_pct=("share_pct", "sum"))
+        time_per_step_s=("time_per_step_s", "sum"), calls_per_step=("calls_per_step", "sum"),
+        share_pct=("share_pct", "sum"))
 
 
 def op_deltas(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
@@ -161,14 +162,16 @@ def op_deltas(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     for col in ("name", "input_shapes", "input_dtypes"):
         out[col] = joined[f"{col}_a"].where(joined[f"{col}_a"].notna(), joined[f"{col}_b"])
     out["region"] = joined["region_a"].where(joined["region_a"].notna(), joined["region_b"])
-    out["in_a"], out["in_b"] = joined["time_s_a"].notna(), joined["time_s_b"].notna()
-    out["calls_a"], out["calls_b"] = joined["calls_a"].fillna(0.0), joined["calls_b"].fillna(0.0)
-    out["time_a_s"], out["time_b_s"] = joined["time_s_a"].fillna(0.0), joined["time_s_b"].fillna(0.0)
-    out["delta_s"] = out["time_b_s"] - out["time_a_s"]
-    both = out["in_a"] & out["in_b"] & (out["time_a_s"] > 0)
-    out["ratio"] = (out["time_b_s"] / out["time_a_s"]).where(both)
+    time_a, time_b = joined["time_per_step_s_a"], joined["time_per_step_s_b"]
+    out["in_a"], out["in_b"] = time_a.notna(), time_b.notna()
+    out["calls_per_step_a"] = joined["calls_per_step_a"].fillna(0.0)
+    out["calls_per_step_b"] = joined["calls_per_step_b"].fillna(0.0)
+    out["time_per_step_a_s"], out["time_per_step_b_s"] = time_a.fillna(0.0), time_b.fillna(0.0)
+    out["delta_per_step_s"] = out["time_per_step_b_s"] - out["time_per_step_a_s"]
+    both = out["in_a"] & out["in_b"] & (out["time_per_step_a_s"] > 0)
+    out["ratio"] = (out["time_per_step_b_s"] / out["time_per_step_a_s"]).where(both)
     out["share_a_pct"], out["share_b_pct"] = joined["share_pct_a"], joined["share_pct_b"]
-    order = out["delta_s"].abs().sort_values(ascending=False, kind="stable").index
+    order = out["delta_per_step_s"].abs().sort_values(ascending=False, kind="stable").index
     return out.loc[order]
 
 
@@ -176,7 +179,7 @@ def hotspots_only_in(deltas: pd.DataFrame, side: str, min_share_pct: float) -> p
     """Rows above min_share_pct in run `side` ("a" or "b") and absent from the other run."""
     other = "b" if side == "a" else "a"
     mask = deltas[f"in_{side}"] & ~deltas[f"in_{other}"] & (deltas[f"share_{side}_pct"] >= min_share_pct)
-    return deltas[mask].sort_values(f"time_{side}_s", ascending=False, kind="stable")
+    return deltas[mask].sort_values(f"time_per_step_{side}_s", ascending=False, kind="stable")
 
 
 def context_changes(meta_a: dict, meta_b: dict) -> tuple[ContextChange, ...]:
@@ -202,7 +205,7 @@ def recommendation_outcomes(recs: Sequence[Recommendation], run_a: Run, deltas: 
             rows = deltas.loc[keys]
             # NB: only the named ops are summed; time a fix moved into a new op (a fused
             # kernel replacing them) shows up under new hotspots, not here.
-            before, after = (float(rows["time_a_s"].sum()), float(rows["time_b_s"].sum())) if keys \
+            before, after = (float(rows["time_per_step_a_s"].sum()), float(rows["time_per_step_b_s"].sum())) if keys \
                 else (math.nan, math.nan)
             outcomes.append(RecommendationOutcome(rec.rule_id, rec.title, "ops", len(keys),
                                                   rec.estimated_gain_per_step_s, before, after))
@@ -223,7 +226,8 @@ def compare_runs(run_a: Run, run_b: Run, recommendations_a: Sequence[Recommendat
         recommendations_a, run_a, deltas, step_a_s, step_b_s)
     return RunComparison(
         run_a=str(run_a.path), run_b=str(run_b.path), step_a_s=step_a_s, step_b_s=step_b_s,
-        device_per_step_a_s=float(table_a["time_s"].sum()), device_per_step_b_s=float(table_b["time_s"].sum()),
+        device_per_step_a_s=float(table_a["time_per_step_s"].sum()),
+        device_per_step_b_s=float(table_b["time_per_step_s"].sum()),
         ops=deltas, new_hotspots=hotspots_only_in(deltas, "b", min_share_pct),
         vanished_hotspots=hotspots_only_in(deltas, "a", min_share_pct),
         context_changes=context_changes(run_a.meta, run_b.meta), recommendations=outcomes,

@@ -24,28 +24,31 @@ def region_view(run: Run, pattern: str) -> Run:
         known = ", ".join(sorted({r for r in seq["region"] if r})) or "none recorded"
         raise UserInputError(f"no op ran in a region matching '{pattern}'",
                              f"use one of the run's regions: {known}")
-    per_row = inside.groupby("row_id").agg(calls=("seq", "size"), device_time_s=("device_time_s", "sum"))
+    per_row = inside.groupby("row_id").agg(calls=("seq", "size"), time_s=("device_time_per_call_s", "sum"))
     ops = run.ops[run.ops["row_id"].isin(per_row.index)].copy()
-    scale = ops["row_id"].map(per_row["device_time_s"]) / ops["device_time_s"].replace(0, np.nan)
+    scale = ops["row_id"].map(per_row["time_s"]) / ops["device_time_total_s"].replace(0, np.nan)
     ops["calls"] = ops["row_id"].map(per_row["calls"]).astype(int)
-    ops["device_time_s"] = ops["row_id"].map(per_row["device_time_s"])
+    ops["device_time_total_s"] = ops["row_id"].map(per_row["time_s"])
     steps = max(int(run.meta.get("steps") or 1), 1)
     total = float(run.meta.get("total_device_time_s") or 0.0)
-    ops["device_time_per_step_s"] = ops["device_time_s"] / steps
-    ops["mean_device_time_s"] = ops["device_time_s"] / ops["calls"]
-    ops["share_pct"] = 100.0 * ops["device_time_s"] / total if total > 0 else 0.0
-    ops["cpu_time_s"] = ops["cpu_time_s"] * scale.fillna(0.0)
+    ops["device_time_per_step_s"] = ops["device_time_total_s"] / steps
+    ops["device_time_per_call_s"] = ops["device_time_total_s"] / ops["calls"]
+    ops["share_pct"] = 100.0 * ops["device_time_total_s"] / total if total > 0 else 0.0
+    ops["cpu_time_total_s"] = ops["cpu_time_total_s"] * scale.fillna(0.0)
     ops["kernel_count"] = np.rint(ops["kernel_count"] * scale.fillna(0.0)).astype(int)
-    if "roofline_s" in ops.columns:
-        ops["headroom_s"] = (ops["device_time_s"] - ops["calls"] * ops["roofline_s"]).clip(lower=0.0)
+    if "roofline_per_call_s" in ops.columns:
+        needed_s = ops["calls"] * ops["roofline_per_call_s"]
+        ops["headroom_total_s"] = (ops["device_time_total_s"] - needed_s).clip(lower=0.0)
     ops["region"] = pattern
-    ops = ops.sort_values("device_time_s", ascending=False, kind="stable").reset_index(drop=True)
+    ops = ops.sort_values("device_time_total_s", ascending=False, kind="stable").reset_index(drop=True)
     meta = dict(run.meta, region=pattern)
     return dataclasses.replace(run, ops=ops, sequence=inside.reset_index(drop=True), meta=meta)
 
 
 def region_summary(sequence: pd.DataFrame) -> pd.DataFrame:
     """Device time and op count per region, largest first ("" = outside any region)."""
-    g = sequence.groupby("region").agg(device_time_s=("device_time_s", "sum"), ops=("seq", "size"))
+    g = sequence.groupby("region").agg(device_time_total_s=("device_time_per_call_s", "sum"),
+                                       ops=("seq", "size"))
     g = g.reset_index()
-    return g.sort_values(["device_time_s", "region"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    order = g.sort_values(["device_time_total_s", "region"], ascending=[False, True], kind="stable")
+    return order.reset_index(drop=True)

@@ -18,15 +18,12 @@ import pandas as pd
 from kernel_advisor.analyze.ceilings import Ceilings
 from kernel_advisor.errors import UserInputError
 from kernel_advisor.located_yaml import load_checked
+from kernel_advisor.records.columns import ANALYSIS_COLUMNS
 
 THRESHOLDS_FILE = Path(__file__).resolve().parent.parent / "data" / "verdict_thresholds.yaml"
 # The one list of verdicts; rules, tables and the report read it from here.
 VERDICTS = ("compute-bound", "memory-bound", "under-occupied", "latency-bound", "host-bound", "unknown")
-ANALYZE_COLUMNS = (
-    "modelled", "flops", "bytes", "intensity", "compute_path", "peak_flops_per_s",
-    "bandwidth_bytes_per_s", "roofline_s", "achieved_flops_per_s", "achieved_bytes_per_s",
-    "efficiency_frac", "headroom_s", "verdict",
-)
+ANALYZE_COLUMNS = ANALYSIS_COLUMNS  # records/columns.py, the one list of ops.csv's names
 NAN = float("nan")
 
 # ---------------------------------------------------------------- formulas
@@ -63,14 +60,14 @@ def efficiency_frac(roofline_s: float, measured_s: float) -> float:
     return roofline_s / measured_s
 
 
-def headroom_s(device_time_s: float, calls: int, roofline_s: float) -> float:
+def headroom_s(device_time_total_s: float, calls: int, roofline_per_call_s: float) -> float:
     """Device time over the run that the roofline says is not needed.
 
     NB: clipped at 0. Measured time under the roof happens when data stays in L2 across calls
     (the roof counts DRAM bytes) or when an op only viewed memory and launched nothing; neither
     is time a better kernel could save.
     """
-    return max(device_time_s - calls * roofline_s, 0.0)
+    return max(device_time_total_s - calls * roofline_per_call_s, 0.0)
 
 
 # ---------------------------------------------------------------- compute path
@@ -213,8 +210,8 @@ def _occupancy_verdict(rec: Mapping[str, Any], row: Mapping[str, Any], sm_count:
                        thr: VerdictThresholds) -> str:
     """"latency-bound" for short kernels, "under-occupied" for longer ones on a grid smaller
     than the SM count, "" when neither explains the shortfall."""
-    # CPU rows have no kernels (mean_kernel_s = 0): the op's own time stands in.
-    kernel_s = _number(row, "mean_kernel_s") or _number(row, "mean_device_time_s")
+    # CPU rows have no kernels (kernel_time_per_launch_s = 0): the op's own time stands in.
+    kernel_s = _number(row, "kernel_time_per_launch_s") or _number(row, "device_time_per_call_s")
     short = kernel_s <= thr.short_kernel_s
     if short and rec["efficiency_frac"] < thr.short_kernel_efficiency_frac:
         return "latency-bound"
@@ -226,10 +223,10 @@ def _occupancy_verdict(rec: Mapping[str, Any], row: Mapping[str, Any], sm_count:
 
 def _verdict(rec: Mapping[str, Any], row: Mapping[str, Any], sm_count: int,
              host_bound_run: bool, thr: VerdictThresholds) -> str:
-    mean_s = _number(row, "mean_device_time_s", NAN)
+    mean_s = _number(row, "device_time_per_call_s", NAN)
     if not mean_s > 0:
         return "unknown"  # nothing ran on the device: there is no time to explain
-    cpu_per_call_s = _per_call(_number(row, "cpu_time_s", NAN), _number(row, "calls", NAN))
+    cpu_per_call_s = _per_call(_number(row, "cpu_time_total_s", NAN), _number(row, "calls", NAN))
     if host_bound_run and cpu_per_call_s > thr.host_cpu_to_device_ratio * mean_s:
         return "host-bound"
     if not rec["modelled"]:
@@ -239,15 +236,15 @@ def _verdict(rec: Mapping[str, Any], row: Mapping[str, Any], sm_count: int,
     if max(_or_minus_inf(compute_frac), _or_minus_inf(memory_frac)) >= thr.limiter_frac:
         return ("compute-bound" if _or_minus_inf(compute_frac) >= _or_minus_inf(memory_frac)
                 else "memory-bound")
-    if rec["roofline_s"] == 0:
+    if rec["roofline_per_call_s"] == 0:
         return "latency-bound"
     occupancy = _occupancy_verdict(rec, row, sm_count, thr)
     if occupancy:
         return occupancy
     # Below the limiter on both roofs, but long kernels on a full grid: name the roof
-    # the op is under (its side of the ridge); the shortfall shows as headroom_s.
-    compute_s = rec["flops"] / rec["peak_flops_per_s"]
-    memory_s = rec["bytes"] / rec["bandwidth_bytes_per_s"]
+    # the op is under (its side of the ridge); the shortfall shows as headroom_total_s.
+    compute_s = rec["flops_per_call"] / rec["peak_flops_per_s"]
+    memory_s = rec["bytes_per_call"] / rec["bandwidth_bytes_per_s"]
     return "compute-bound" if _or_minus_inf(compute_s) > _or_minus_inf(memory_s) else "memory-bound"
 
 
@@ -262,17 +259,17 @@ def _analyze_row(row: Mapping[str, Any], ceilings: Ceilings, settings: Mapping[s
     path = ceilings.effective_path(path) if modelled else ""
     peak = ceilings.peak_flops_per_s[path] if path else NAN
     bandwidth = ceilings.bandwidth_bytes_per_s
-    mean_s = _number(row, "mean_device_time_s", NAN)
+    mean_s = _number(row, "device_time_per_call_s", NAN)
     roof_s = roofline_time_s(flops, bytes_, peak, bandwidth) if modelled else NAN
     rec = {
-        "modelled": modelled, "flops": flops, "bytes": bytes_,
+        "modelled": modelled, "flops_per_call": flops, "bytes_per_call": bytes_,
         "intensity": arithmetic_intensity(flops, bytes_), "compute_path": path,
-        "peak_flops_per_s": peak, "bandwidth_bytes_per_s": bandwidth, "roofline_s": roof_s,
+        "peak_flops_per_s": peak, "bandwidth_bytes_per_s": bandwidth, "roofline_per_call_s": roof_s,
         "achieved_flops_per_s": flops / mean_s if mean_s > 0 else NAN,
         "achieved_bytes_per_s": bytes_ / mean_s if mean_s > 0 else NAN,
         "efficiency_frac": efficiency_frac(roof_s, mean_s),
-        "headroom_s": headroom_s(_number(row, "device_time_s", NAN), _number(row, "calls", NAN),
-                                 roof_s),
+        "headroom_total_s": headroom_s(_number(row, "device_time_total_s", NAN), _number(row, "calls", NAN),
+                                       roof_s),
     }
     rec["verdict"] = _verdict(rec, row, ceilings.sm_count, host_bound_run, thr)
     return rec
@@ -307,15 +304,15 @@ def classify(ops: pd.DataFrame, ceilings: Ceilings, run: Mapping[str, Any],
 
 def coverage(ops: pd.DataFrame) -> dict:
     """Share of device time with a cost model, and the unmodelled ops by time."""
-    total_s = float(ops["device_time_s"].sum())
+    total_s = float(ops["device_time_total_s"].sum())
     modelled = ops["modelled"].astype(bool)
-    modelled_s = float(ops.loc[modelled, "device_time_s"].sum())
-    missing = ops.loc[~modelled & (ops["device_time_s"] > 0)]
-    by_name = missing.groupby("name")["device_time_s"].sum().reset_index()
-    by_name = by_name.sort_values(["device_time_s", "name"], ascending=[False, True])
+    modelled_s = float(ops.loc[modelled, "device_time_total_s"].sum())
+    missing = ops.loc[~modelled & (ops["device_time_total_s"] > 0)]
+    by_name = missing.groupby("name")["device_time_total_s"].sum().reset_index()
+    by_name = by_name.sort_values(["device_time_total_s", "name"], ascending=[False, True])
     return {
         # no device time at all leaves nothing unexplained
         "modelled_time_pct": 100.0 * modelled_s / total_s if total_s > 0 else 100.0,
-        "unmodelled": [{"name": str(n), "device_time_s": float(t)}
-                       for n, t in zip(by_name["name"], by_name["device_time_s"])],
+        "unmodelled": [{"name": str(n), "device_time_total_s": float(t)}
+                       for n, t in zip(by_name["name"], by_name["device_time_total_s"])],
     }

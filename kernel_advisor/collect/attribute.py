@@ -372,7 +372,7 @@ def _summarise(occ: pd.DataFrame, work: pd.DataFrame, steps: pd.DataFrame, devic
     sequence = pd.DataFrame({
         "seq": occ["seq"], "step": occ["step"], "name": occ["name"], "row_id": occ["row_id"],
         "input_shapes": _per_unique(occ["input_dims"], _json_or_empty), "input_dtypes": occ["input_dtypes"],
-        "device_time_s": occ["dev_us"] * 1e-6, "start_us": occ["start_us"], "region": occ["region"],
+        "device_time_per_call_s": occ["dev_us"] * 1e-6, "start_us": occ["start_us"], "region": occ["region"],
         **{c: occ[c] for c in AUTOGRAD_COLUMNS},
     })
     wall = tuple(((steps["end_us"] - steps["ts_us"]) * 1e-6).tolist())
@@ -393,24 +393,24 @@ def _rows(occ, work, keys, n_steps, total_us) -> pd.DataFrame:
         "input_shapes": first["input_dims"].map(_json_or_empty),
         "input_dtypes": first["input_dtypes"], "input_strides": first["input_strides"].map(_json_or_empty),
         "concrete_inputs": first["concrete"].map(_json_or_empty), "calls": calls,
-        "device_time_s": dev_us * 1e-6, "device_time_per_step_s": dev_us * 1e-6 / n_steps,
-        "mean_device_time_s": dev_us * 1e-6 / calls,
+        "device_time_total_s": dev_us * 1e-6, "device_time_per_step_s": dev_us * 1e-6 / n_steps,
+        "device_time_per_call_s": dev_us * 1e-6 / calls,
         "share_pct": (100.0 * dev_us / total_us) if total_us > 0 else 0.0 * dev_us,
-        "cpu_time_s": g["cpu_time_us"].sum() * 1e-6,
+        "cpu_time_total_s": g["cpu_time_us"].sum() * 1e-6,
     })
     ops = ops.join(_kernel_stats(occ, work))
     ops["kernels"] = ops["kernels"].where(ops["kernels"].notna(), "[]")
     for col in ("kernel_count", "max_blocks"):
         ops[col] = ops[col].fillna(0).astype(np.int64)
-    ops["mean_kernel_s"] = np.where(ops["kernel_count"] > 0,
-                                    ops["device_time_s"] / ops["kernel_count"].clip(lower=1), 0.0)
+    ops["kernel_time_per_launch_s"] = np.where(ops["kernel_count"] > 0,
+                                               ops["device_time_total_s"] / ops["kernel_count"].clip(lower=1), 0.0)
     ops["first_seq"] = g["seq"].min()
     ops["region"] = first["region"]
     ops["kernel_file"] = first["kernel_file"]
     for col in AUTOGRAD_COLUMNS:
         ops[col] = first[col]
     ops = ops.rename_axis("row_id").reset_index()
-    return ops.sort_values("device_time_s", ascending=False, kind="stable").reset_index(drop=True)
+    return ops.sort_values("device_time_total_s", ascending=False, kind="stable").reset_index(drop=True)
 
 
 def _kernel_stats(occ: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
@@ -428,7 +428,7 @@ def _kernel_stats(occ: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
 
 
 def _kernel_list(df: pd.DataFrame) -> str:
-    return json.dumps([{"name": n, "count": int(c), "time_s": float(t) * 1e-6, "max_blocks": int(b)}
+    return json.dumps([{"name": n, "count": int(c), "time_total_s": float(t) * 1e-6, "max_blocks": int(b)}
                        for n, c, t, b in zip(df["name"], df["count"], df["time_us"], df["max_blocks"])])
 
 

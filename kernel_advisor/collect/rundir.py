@@ -15,32 +15,27 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import pandas as pd
 from pandas.api.types import is_numeric_dtype
 
 from kernel_advisor.collect.interrupts import deferred_sigint, record_kept_run
 from kernel_advisor.errors import AdvisorError, EnvironmentCapabilityError, UserInputError
-from kernel_advisor.records.run import SCHEMA_VERSION, RunRecord  # noqa: F401 (SCHEMA_VERSION re-exported)
+from kernel_advisor.records import columns
+from kernel_advisor.records.run import SCHEMA_VERSION, RunRecord
 
 JSON_COLUMNS = ("input_shapes", "input_dtypes", "input_strides", "concrete_inputs", "kernels")
 REQUIRED_FILES = ("run.json", "ops.csv", "sequence.csv")
 # Columns every reader joins on; the full contract is in docs/architecture.md.
 KEY_COLUMNS = {"ops.csv": ("row_id", "name"), "sequence.csv": ("seq", "name")}
-# Columns the readers (recommend, report, roofline, compare, try-kernel) cannot do without,
-# each written since the first run of schema 1; the others in docs/architecture.md are
-# optional to readers (older runs of this schema lack first_seq and max_blocks).
-OPS_COLUMNS = ("row_id", "name", "kind", "input_shapes", "input_dtypes", "calls", "device_time_s", "share_pct")
-# What analyze adds, all in one version: all of them or (a table not analysed) none.
-ANALYSIS_COLUMNS = ("modelled", "flops", "bytes", "intensity", "compute_path", "peak_flops_per_s",
-                    "bandwidth_bytes_per_s", "roofline_s", "achieved_flops_per_s", "achieved_bytes_per_s",
-                    "efficiency_frac", "headroom_s", "verdict")
-SEQUENCE_COLUMNS = ("seq", "step", "name", "row_id", "input_shapes", "input_dtypes", "device_time_s")
-# Columns that must hold numbers when present (a damaged cell turns the whole column into text).
-NUMERIC_COLUMNS = ("row_id", "calls", "device_time_s", "device_time_per_step_s", "mean_device_time_s",
-                   "share_pct", "cpu_time_s", "kernel_count", "mean_kernel_s", "max_blocks", "first_seq",
-                   "seq", "step", "start_us", "flops", "bytes", "intensity", "roofline_s", "headroom_s")
+# Columns the readers (recommend, report, roofline, compare, try-kernel) cannot do without
+# (records/columns.py); the others in docs/architecture.md are optional to readers (older
+# runs lack first_seq and max_blocks).
+OPS_COLUMNS = columns.OPS_REQUIRED
+ANALYSIS_COLUMNS = columns.ANALYSIS_COLUMNS
+SEQUENCE_COLUMNS = columns.SEQUENCE_REQUIRED
+NUMERIC_COLUMNS = columns.NUMERIC_COLUMNS
 
 
 def advisor_home() -> Path:
@@ -234,10 +229,11 @@ def write_table(path: Path, df: pd.DataFrame) -> None:
         out.to_csv(tmp, index=False)
 
 
-def read_table(path: Path) -> pd.DataFrame:
-    """A table written by write_table; ValueError when it is truncated or holds damaged values."""
+def read_table(path: Path, renamed: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """A table written by write_table, its columns renamed by `renamed` (old -> new) first;
+    ValueError when it is truncated or holds damaged values."""
     _check_not_truncated(path)
-    df = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    df = pd.read_csv(path, keep_default_na=False, na_values=[""]).rename(columns=dict(renamed or {}))
     damaged = [c for c in NUMERIC_COLUMNS if c in df.columns and len(df) and not is_numeric_dtype(df[c])]
     if damaged:
         raise ValueError(f"{path.name}: non-numeric values in {', '.join(damaged)}")
@@ -295,16 +291,36 @@ def load_run(path: str | Path) -> Run:
     if missing:
         raise UserInputError(f"{path} is not a complete run (missing {', '.join(missing)})",
                              "profile again; runs are only complete once `advisor profile` finishes")
-    meta = _load_meta(path / "run.json")
+    record = RunRecord.read(path / "run.json")  # schema and types checked there
+    version = record.schema_version
     try:
-        ops = read_table(path / "ops.csv")
-        sequence = read_table(path / "sequence.csv")
+        ops = read_table(path / "ops.csv", columns.renames(version, columns.OPS))
+        sequence = read_table(path / "sequence.csv", columns.renames(version, columns.SEQUENCE))
     except (ValueError, pd.errors.ParserError) as e:
         raise UserInputError(f"{path} has a corrupted table: {e}",
                              "profile again to write a fresh run") from None
     _check_table(path / "ops.csv", ops, OPS_COLUMNS)
     _check_table(path / "sequence.csv", sequence, SEQUENCE_COLUMNS)
-    return Run(path=path, meta=meta, ops=ops, sequence=sequence)
+    if "kernels" in ops.columns:
+        ops["kernels"] = [_renamed_items(k, columns.renames(version, columns.KERNELS)) for k in ops["kernels"]]
+    return Run(path=path, meta=_current_meta(record.meta(), version), ops=ops, sequence=sequence)
+
+
+def _current_meta(meta: dict, version: int) -> dict:
+    """run.json as this schema names it: an older run's renamed keys (records/columns.py) renamed."""
+    coverage = meta.get("coverage")
+    if isinstance(coverage, dict) and isinstance(coverage.get("unmodelled"), list):
+        unmodelled = _renamed_items(coverage["unmodelled"], columns.renames(version, columns.UNMODELLED))
+        meta = {**meta, "coverage": {**coverage, "unmodelled": unmodelled}}
+    return {**meta, "schema_version": SCHEMA_VERSION}
+
+
+def _renamed_items(items: list, renamed: Mapping[str, str]) -> list:
+    """Each dict of `items` with its keys renamed (old -> new); other items as they are."""
+    if not renamed:
+        return items
+    return [{renamed.get(k, k): v for k, v in item.items()} if isinstance(item, dict) else item
+            for item in items]
 
 
 def _check_table(path: Path, table: pd.DataFrame, columns: tuple[str, ...]) -> None:
@@ -326,7 +342,3 @@ def _check_table(path: Path, table: pd.DataFrame, columns: tuple[str, ...]) -> N
         # profile and import refuse to write a run without ops: this one was emptied afterwards
         raise UserInputError(f"{path} is damaged: it has a header but no rows", fix)
 
-
-def _load_meta(path: Path) -> dict:
-    """run.json, read through its record (records/run.py): schema and types checked there."""
-    return RunRecord.read(path).meta()

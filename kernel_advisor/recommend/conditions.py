@@ -14,6 +14,7 @@ from fnmatch import fnmatchcase
 from typing import Any, Callable, Mapping
 
 from kernel_advisor.analyze.roofline import VERDICTS
+from kernel_advisor.records.columns import renamed_ops_column
 
 SCOPES = ("op", "pattern", "run")
 KINDS = ("op", "kernel", "memcpy", "memset")
@@ -187,10 +188,10 @@ CONDITIONS: Mapping[str, CondSpec] = {
     **{k: _range(_SUBJECT, k) for k in (
         "share_pct", "efficiency_frac", "time_per_step_s", "occurrences_per_step")},
     **{k: _range(_OP, k) for k in (
-        "calls_per_step", "mean_kernel_s", "kernels_per_call", "intensity", "max_blocks")},
+        "calls_per_step", "kernel_time_per_launch_s", "kernels_per_call", "intensity", "max_blocks")},
     **{k: _range(_PAT, k) for k in ("length", "ops_per_step", "intermediate_bytes_per_step")},
     **{k: _range(("run",), k) for k in (
-        "kernels_per_step", "run_mean_kernel_s", "device_busy_frac", "host_gap_frac",
+        "kernels_per_step", "run_kernel_time_per_launch_s", "device_busy_frac", "host_gap_frac",
         # distributed runs (docs/distributed.md); the evidence is absent for one process
         "world_size", "straggler_ratio", "exposed_comm_pct", "max_comm_wait_pct", "overlap_frac",
         "allreduce_count", "mean_allreduce_bytes", "busbw_frac_of_ceiling")},
@@ -198,15 +199,29 @@ CONDITIONS: Mapping[str, CondSpec] = {
 }
 
 
+# Conditions named after a column whose name now carries its scope (records/columns.py): a
+# rule naming the old one is told the new name, never left silently unmatched.
+RENAMED_CONDITIONS = {"mean_kernel_s": "kernel_time_per_launch_s",
+                      "run_mean_kernel_s": "run_kernel_time_per_launch_s"}
+
+
 def parse_condition(key: str, value: Any, scope: str) -> Any:
     """The parsed value of one condition; ConditionValueError names what is wrong."""
     spec = CONDITIONS.get(key)
     if spec is None:
-        raise ConditionValueError(f"unknown condition '{key}'; known: {sorted(CONDITIONS)}")
+        raise ConditionValueError(_unknown_condition(key))
     if scope not in spec.scopes:
         raise ConditionValueError(f"condition '{key}' does not apply to scope '{scope}' "
                                   f"(only {', '.join(spec.scopes)})")
     return spec.parse(key, value)
+
+
+def _unknown_condition(key: str) -> str:
+    new = RENAMED_CONDITIONS.get(key) or renamed_ops_column(key)
+    if new in CONDITIONS:
+        return f"'{key}' is now '{new}'"
+    renamed = f" ('{key}' is now '{new}', which is an ops.csv column, not a condition)" if new else ""
+    return f"unknown condition '{key}'{renamed}; known: {sorted(CONDITIONS)}"
 
 
 def check(key: str, parsed: Any, evidence: Mapping[str, Any]) -> Check:

@@ -69,7 +69,7 @@ def run_context(meta: Mapping[str, Any]) -> RunContext:
 def run_evidence(ctx: RunContext, ops: Any) -> dict[str, Any]:
     kernel_count = float(ops["kernel_count"].sum()) if len(ops) and "kernel_count" in ops else 0.0
     with_kernels = ops[ops["kernel_count"] > 0] if kernel_count else ops.iloc[:0]
-    kernel_time_s = float(with_kernels["device_time_s"].sum()) if len(with_kernels) else 0.0
+    kernel_time_s = float(with_kernels["device_time_total_s"].sum()) if len(with_kernels) else 0.0
     gap_s = max(0.0, ctx.step_s - ctx.device_busy_per_step_s)
     return {
         "device_type": ctx.device_type, "device_name": ctx.device_name,
@@ -77,7 +77,7 @@ def run_evidence(ctx: RunContext, ops: Any) -> dict[str, Any]:
         "settings": dict(ctx.settings), "mode": ctx.mode, "steps": ctx.steps, "step_s": ctx.step_s,
         "device_time_per_step_s": ctx.device_time_per_step_s,
         "kernels_per_step": kernel_count / ctx.steps,
-        "run_mean_kernel_s": kernel_time_s / kernel_count if kernel_count else None,
+        "run_kernel_time_per_launch_s": kernel_time_s / kernel_count if kernel_count else None,
         "device_busy_frac": ctx.device_busy_per_step_s / ctx.step_s if ctx.step_s > 0 else None,
         "host_gap_per_step_s": gap_s, "host_gap_frac": gap_s / ctx.step_s if ctx.step_s > 0 else None,
         "graph_breaks": None, "graph_break_reasons": None, "model_file": ctx.model_file or "MODEL.py",
@@ -153,8 +153,8 @@ def op_evidence(row: Mapping[str, Any], ctx: RunContext) -> dict[str, Any]:
     name = str(row.get("name", ""))
     calls = _num(row, "calls") or 0.0
     kernels = _num(row, "kernel_count") or 0.0
-    time_s = _num(row, "device_time_s") or 0.0
-    headroom_s = _num(row, "headroom_s")
+    time_s = _num(row, "device_time_total_s") or 0.0
+    headroom_s = _num(row, "headroom_total_s")
     dims = alignment_dims(name, row.get("input_shapes"))
     return {
         "row_id": int(row.get("row_id", -1)), "name": name, "kind": str(row.get("kind") or "op"),
@@ -163,11 +163,12 @@ def op_evidence(row: Mapping[str, Any], ctx: RunContext) -> dict[str, Any]:
         "input_shapes": json.dumps(decoded(row.get("input_shapes"))),
         "share_pct": _num(row, "share_pct"), "efficiency_frac": _num(row, "efficiency_frac"),
         "calls": calls, "calls_per_step": calls / ctx.steps, "time_per_step_s": time_s / ctx.steps,
-        "mean_device_time_s": _num(row, "mean_device_time_s"),
-        "mean_kernel_s": _num(row, "mean_kernel_s") if kernels else None,
+        "device_time_per_call_s": _num(row, "device_time_per_call_s"),
+        "kernel_time_per_launch_s": _num(row, "kernel_time_per_launch_s") if kernels else None,
         "kernels_per_call": kernels / calls if calls else None,
         "intensity": _num(row, "intensity"), "max_blocks": _num(row, "max_blocks"),
-        "flops": _num(row, "flops"), "bytes": _num(row, "bytes"), "roofline_s": _num(row, "roofline_s"),
+        "flops_per_call": _num(row, "flops_per_call"), "bytes_per_call": _num(row, "bytes_per_call"),
+        "roofline_per_call_s": _num(row, "roofline_per_call_s"),
         "headroom_per_step_s": headroom_s / ctx.steps if headroom_s is not None else None,
         "achieved_flops_per_s": _num(row, "achieved_flops_per_s"),
         "achieved_bytes_per_s": _num(row, "achieved_bytes_per_s"),

@@ -49,7 +49,8 @@ def _none(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame) 
 
 def _roofline(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame) -> GainEstimate:
     target = spec.target_efficiency_frac
-    rooflines = dict(zip(ops["row_id"].astype(int), ops["roofline_s"])) if "roofline_s" in ops else {}
+    rooflines = (dict(zip(ops["row_id"].astype(int), ops["roofline_per_call_s"]))
+                 if "roofline_per_call_s" in ops else {})
     rows: dict[str, float] = {}
     floor_total = 0.0
     for row_id, time_s in subject.row_time_per_step_s.items():
@@ -134,20 +135,21 @@ def target_peak_flops_per_s(ctx: RunContext, ops: pd.DataFrame, path: str) -> fl
 
 def _precision(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame) -> GainEstimate:
     ev, path = subject.evidence, spec.target_path
-    need = ("flops", "bytes", "peak_flops_per_s", "bandwidth_bytes_per_s", "mean_device_time_s")
+    need = ("flops_per_call", "bytes_per_call", "peak_flops_per_s", "bandwidth_bytes_per_s",
+            "device_time_per_call_s")
     missing = [k for k in need if not ev.get(k)]
     if missing:
         return _unknown(f"missing {', '.join(missing)} (unmodelled op?)")
     peak_new = target_peak_flops_per_s(ctx, ops, path)
     if peak_new is None:
         return _unknown(f"no {path} ceiling in run.json")
-    memory_s = ev["bytes"] / ev["bandwidth_bytes_per_s"]
-    old_roof_s = max(ev["flops"] / ev["peak_flops_per_s"], memory_s)
-    new_roof_s = max(ev["flops"] / peak_new, memory_s)
+    memory_s = ev["bytes_per_call"] / ev["bandwidth_bytes_per_s"]
+    old_roof_s = max(ev["flops_per_call"] / ev["peak_flops_per_s"], memory_s)
+    new_roof_s = max(ev["flops_per_call"] / peak_new, memory_s)
     # NB: the kernel keeps its efficiency against the roofline on the new path; only the
     # compute roof moves, so a memory-bound op gains nothing.
-    new_mean_s = ev["mean_device_time_s"] * new_roof_s / old_roof_s
-    saving = max(0.0, ev["mean_device_time_s"] - new_mean_s) * ev["calls_per_step"]
+    new_mean_s = ev["device_time_per_call_s"] * new_roof_s / old_roof_s
+    saving = max(0.0, ev["device_time_per_call_s"] - new_mean_s) * ev["calls_per_step"]
     basis = (f"roofline {old_roof_s * 1e6:.3g} → {new_roof_s * 1e6:.3g} µs per call "
              f"({ev.get('compute_path')} {ev['peak_flops_per_s'] / 1e12:.3g} → {path} {peak_new / 1e12:.3g} TFLOP/s), "
              "same efficiency")

@@ -14,7 +14,8 @@ from typing import Any, Mapping
 _RUN_FIELDS = {
     "device_name": ("device_name", None), "device_type": ("device_type", None), "mode": ("mode", None),
     "model_file": ("model_file", None), "step_ms": ("step_s", 1e3),
-    "kernels_per_step": ("kernels_per_step", 1.0), "run_mean_kernel_us": ("run_mean_kernel_s", 1e6),
+    "kernels_per_step": ("kernels_per_step", 1.0),
+    "run_kernel_time_per_launch_us": ("run_kernel_time_per_launch_s", 1e6),
     "device_busy_pct": ("device_busy_frac", 1e2), "host_gap_ms": ("host_gap_per_step_s", 1e3),
     "host_gap_pct": ("host_gap_frac", 1e2), "graph_breaks": ("graph_breaks", 1.0),
     "graph_break_reasons": ("graph_break_reasons", None),
@@ -38,7 +39,7 @@ _SUBJECT_FIELDS = {
 _OP_FIELDS = {
     "name": ("name", None), "kind": ("kind", None), "compute_path": ("compute_path", None),
     "gemm_dims": ("gemm_dims", None), "memory_format": ("memory_format", None),
-    "calls_per_step": ("calls_per_step", 1.0), "mean_kernel_us": ("mean_kernel_s", 1e6),
+    "calls_per_step": ("calls_per_step", 1.0), "kernel_time_per_launch_us": ("kernel_time_per_launch_s", 1e6),
     "kernels_per_call": ("kernels_per_call", 1.0), "achieved_gbps": ("achieved_bytes_per_s", 1e-9),
     "achieved_tflops": ("achieved_flops_per_s", 1e-12), "peak_tflops": ("peak_flops_per_s", 1e-12),
     "headroom_ms": ("headroom_per_step_s", 1e3),
@@ -79,9 +80,16 @@ def template_fields(template: str) -> list[tuple[str, str]]:
     return out
 
 
+# Display fields named after a column whose name now carries its scope (records/columns.py).
+RENAMED_FIELDS = {"mean_kernel_us": "kernel_time_per_launch_us",
+                  "run_mean_kernel_us": "run_kernel_time_per_launch_us"}
+
+
 def validate_template(template: str, scope: str) -> None:
     fields = MESSAGE_FIELDS[scope]
     for name, spec in template_fields(template):
+        if name in RENAMED_FIELDS:
+            raise TemplateError(f"message field '{{{name}}}' is now '{{{RENAMED_FIELDS[name]}}}'")
         if name not in fields:
             raise TemplateError(f"message field '{{{name}}}' is not available in scope '{scope}'; "
                                 f"available: {', '.join(sorted(fields))}")

@@ -101,9 +101,9 @@ def _per_row_total(group: PatternGroup, ops_by_row: dict[int, dict], key: str) -
 def pattern_evidence(group: PatternGroup, ops_by_row: dict[int, dict], ctx: RunContext) -> dict[str, Any]:
     steps = ctx.steps
     total_device_s = ctx.device_time_per_step_s * steps
-    roofline_s = _per_row_total(group, ops_by_row, "roofline_s")
-    min_bytes = _per_row_total(group, ops_by_row, "bytes")
-    flops = _per_row_total(group, ops_by_row, "flops")
+    roofline_s = _per_row_total(group, ops_by_row, "roofline_per_call_s")
+    min_bytes = _per_row_total(group, ops_by_row, "bytes_per_call")
+    flops = _per_row_total(group, ops_by_row, "flops_per_call")
     peaks = [p for p in (_row_value(ops_by_row, r, "peak_flops_per_s") for r in group.row_ids) if p]
     bandwidths = [b for b in (_row_value(ops_by_row, r, "bandwidth_bytes_per_s") for r in group.row_ids) if b]
     top_row = max(group.row_time_s, key=group.row_time_s.get)

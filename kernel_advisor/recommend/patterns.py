@@ -107,7 +107,7 @@ def _stream(sequence: pd.DataFrame, device_type: str) -> dict[int, list[Occ]]:
     ordered = sequence.sort_values("seq", kind="stable")
     records: dict[int, tuple[str, str]] = {}  # row id -> (shapes, dtypes): a row has one of each
     for r in ordered.itertuples(index=False):
-        name, time_s, row_id = str(r.name), float(r.device_time_s or 0.0), int(r.row_id)
+        name, time_s, row_id = str(r.name), float(r.device_time_per_call_s or 0.0), int(r.row_id)
         if is_aten(name) and _moves_no_data(base_name(name)):
             continue
         if device_type != "cpu" and time_s <= 0.0:

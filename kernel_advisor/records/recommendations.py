@@ -1,7 +1,10 @@
 """recommendations.json: the record `advisor recommend` writes and the report and `compare` read.
 
-Schema 2. Every recommendation names its action; `measured` (and the top-level `plan`,
-`also`, `measurement`) are filled by `--measure` and null otherwise (docs/measure.md).
+Schema 3. Every recommendation names its action; `measured` (and the top-level `plan`,
+`also`, `measurement`) are filled by `--measure` and null otherwise (docs/measure.md). Its
+evidence keys that echo ops.csv columns carry their scope as the columns do
+(`device_time_per_call_s`, `flops_per_call`: records/columns.py). A file of another schema is
+refused with the fix (rerun `advisor recommend`): it is derived from the run, never migrated.
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from typing import Any, Mapping
 
 from kernel_advisor.records.base import check_record, read_json, strict
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FILE = "recommendations.json"
 RERUN = "`advisor recommend`"
 

@@ -1,12 +1,15 @@
 """run.json: the record every run directory holds (`advisor profile`, `advisor import`, and a
 distributed profile, which writes rank 0's with a "distributed" key added).
 
-Schema 1. A reader refuses a file of another schema_version, one that is not a JSON object,
-and a key of the wrong type, each with one line naming the file. A key left out is not
-damage: runs of schema 1 written before a key was added (step_s, steady_state, ceilings,
-coverage, ...) lack it and readers fall back (collect/step_time.py works the step time out
-of the step times). Every writer builds the document with `RunRecord.build`, which insists
-on the keys every writer sets (WRITTEN), and writes its `to_json`.
+Schema 2 (the tables' column names carry their scope: records/columns.py). A reader takes a
+run of schema 2 or of an older schema in READABLE_VERSIONS (collect/rundir.py renames its
+columns and keys by records/columns.py's RENAMED_SINCE), and refuses a newer or unknown
+schema_version, a file that is not a JSON object, and a key of the wrong type, each with one
+line naming the file. A key left out is not damage: runs written before a key was added
+(step_s, steady_state, ceilings, coverage, ...) lack it and readers fall back
+(collect/step_time.py works the step time out of the step times). Every writer builds the
+document with `RunRecord.build`, which insists on the keys every writer sets (WRITTEN), and
+writes its `to_json`.
 """
 from __future__ import annotations
 
@@ -17,10 +20,13 @@ from typing import Any, Mapping
 
 from kernel_advisor.records.base import RecordError, strict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Schemas a reader still loads: 1 wrote the columns under the names RENAMED_SINCE[1] lists.
+READABLE_VERSIONS = (1, 2)
 FILE = "run.json"
 DAMAGED_FIX = "profile again to write a fresh run"
 SCHEMA_FIX = "profile the model again with this version"
+NEWER_FIX = "upgrade kernel_advisor to read it, or profile the model again with this version"
 
 _NUMBER = (int, float)
 _NONE = (type(None),)
@@ -69,6 +75,7 @@ class RunRecord:
     """run.json's keys as written, schema_version aside; every key of KEY_TYPES has its type."""
 
     values: Mapping[str, Any]
+    schema_version: int = SCHEMA_VERSION  # the schema the file declared (READABLE_VERSIONS)
 
     def __post_init__(self) -> None:
         wrong = wrong_types(self.values)
@@ -86,22 +93,19 @@ class RunRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The document: schema_version first, NaN and ±Inf as null (strict JSON)."""
-        return strict({"schema_version": SCHEMA_VERSION, **self.values})
+        return strict({"schema_version": self.schema_version, **self.values})
 
     @classmethod
     def from_json(cls, doc: Any, source: str | Path = FILE) -> "RunRecord":
         """The record in `doc`, or one RecordError naming `source` and what is wrong."""
         if not isinstance(doc, dict):
             raise RecordError(f"{source} is not a run.json object", DAMAGED_FIX)
-        version = doc.get("schema_version")
-        if type(version) is not int or version != SCHEMA_VERSION:  # not True, not 1.0
-            raise RecordError(f"{source} was written with run schema {version!r}; this advisor reads run schema "
-                              f"{SCHEMA_VERSION}", SCHEMA_FIX)
+        version = _readable_version(doc.get("schema_version"), source)
         wrong = wrong_types(doc)
         if wrong:
             raise RecordError(f"{source} is damaged: {', '.join(wrong)} {'has' if len(wrong) == 1 else 'have'} "
                               "the wrong type", DAMAGED_FIX)
-        return cls({k: v for k, v in doc.items() if k != "schema_version"})
+        return cls({k: v for k, v in doc.items() if k != "schema_version"}, version)
 
     @classmethod
     def read(cls, path: Path) -> "RunRecord":
@@ -116,5 +120,16 @@ class RunRecord:
         return cls.from_json(doc, path)
 
     def meta(self) -> dict[str, Any]:
-        """The document as a plain dict (schema_version included): what `Run.meta` holds."""
-        return {"schema_version": SCHEMA_VERSION, **self.values}
+        """The document as a plain dict, schema_version the one it declared."""
+        return {"schema_version": self.schema_version, **self.values}
+
+
+def _readable_version(version: Any, source: str | Path) -> int:
+    """The run schema `version` when this advisor reads it, else one RecordError."""
+    if type(version) is int and version in READABLE_VERSIONS:  # not True, not 1.0
+        return version
+    if type(version) is int and version > SCHEMA_VERSION:
+        raise RecordError(f"{source} was written with run schema {version}, newer than this advisor reads "
+                          f"(up to {SCHEMA_VERSION})", NEWER_FIX)
+    raise RecordError(f"{source} was written with run schema {version!r}; this advisor reads run schemas "
+                      f"{', '.join(map(str, READABLE_VERSIONS))}", SCHEMA_FIX)

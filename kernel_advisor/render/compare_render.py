@@ -15,8 +15,9 @@ from kernel_advisor.render.report_sections import dtype_text, shapes_text
 from kernel_advisor.render.step_render import step_text
 from kernel_advisor.render.units import fmt_pct, fmt_time_s, shorten
 
-OP_JSON_COLUMNS = ("name", "input_shapes", "input_dtypes", "region", "in_a", "in_b", "calls_a", "calls_b",
-                   "time_a_s", "time_b_s", "delta_s", "ratio", "share_a_pct", "share_b_pct")
+OP_JSON_COLUMNS = ("name", "input_shapes", "input_dtypes", "region", "in_a", "in_b", "calls_per_step_a",
+                   "calls_per_step_b", "time_per_step_a_s", "time_per_step_b_s", "delta_per_step_s", "ratio",
+                   "share_a_pct", "share_b_pct")
 
 
 def _signed_time(delta_s: float) -> Text:
@@ -85,8 +86,8 @@ def op_delta_table(ops: pd.DataFrame, top: int, title: str) -> Table:
         table.add_column(col, justify="right", no_wrap=True)
     table.add_column("in")
     for row in ops.head(top).itertuples(index=False):
-        table.add_row(*_op_cells(row), fmt_time_s(row.time_a_s) if row.in_a else "–",
-                      fmt_time_s(row.time_b_s) if row.in_b else "–", _signed_time(row.delta_s),
+        table.add_row(*_op_cells(row), fmt_time_s(row.time_per_step_a_s) if row.in_a else "–",
+                      fmt_time_s(row.time_per_step_b_s) if row.in_b else "–", _signed_time(row.delta_per_step_s),
                       _ratio_text(row.ratio), _status(row))
     return table
 
@@ -97,7 +98,7 @@ def hotspot_change_table(ops: pd.DataFrame, side: str, title: str) -> Table:
                          ("share", "right")):
         table.add_column(col, justify=justify)
     for row in ops.itertuples(index=False):
-        table.add_row(*_op_cells(row), fmt_time_s(getattr(row, f"time_{side}_s")),
+        table.add_row(*_op_cells(row), fmt_time_s(getattr(row, f"time_per_step_{side}_s")),
                       fmt_pct(getattr(row, f"share_{side}_pct")))
     return table
 

@@ -24,9 +24,9 @@ SECTIONS = (("summary", "Summary"), ("ceilings", "Device and ceilings"), ("roofl
             ("try-kernel", "Try-kernel"))
 DEFAULT_TOP = 50
 DATA_HOTSPOT_COLUMNS = ("row_id", "name", "kind", "region", "input_shapes", "input_dtypes", "calls",
-                        "device_time_s", "share_pct", "flops", "bytes", "intensity", "compute_path",
-                        "achieved_flops_per_s", "achieved_bytes_per_s", "efficiency_frac", "headroom_s",
-                        "verdict")
+                        "device_time_total_s", "share_pct", "flops_per_call", "bytes_per_call", "intensity",
+                        "compute_path", "achieved_flops_per_s", "achieved_bytes_per_s", "efficiency_frac",
+                        "headroom_total_s", "verdict")
 
 
 @dataclass(frozen=True)

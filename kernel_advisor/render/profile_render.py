@@ -52,8 +52,8 @@ def region_table(sequence: pd.DataFrame, ops: pd.DataFrame, top_ops: int = 3) ->
     steps = max(int(sequence["step"].max()) + 1, 1) if len(sequence) else 1
     for r in region_summary(sequence).itertuples(index=False):
         inside = sequence[sequence["region"] == r.region]
-        top = inside.groupby("name")["device_time_s"].sum().nlargest(top_ops)
-        table.add_row(Text(r.region or "(outside any region)"), fmt_time_s(r.device_time_s / steps), str(r.ops),
+        top = inside.groupby("name")["device_time_per_call_s"].sum().nlargest(top_ops)
+        table.add_row(Text(r.region or "(outside any region)"), fmt_time_s(r.device_time_total_s / steps), str(r.ops),
                       Text(", ".join(top.index)))
     return table
 
@@ -63,7 +63,8 @@ def _analysis_cells(row) -> list:
         return ["–", "–", "–", "–", "–", Text("unknown", style="dim")]
     achieved = (fmt_si(row.achieved_flops_per_s, "FLOP/s") if row.verdict == "compute-bound"
                 else fmt_si(row.achieved_bytes_per_s, "B/s"))
-    return [fmt_si(row.flops, ""), fmt_si(row.bytes, "B"), f"{row.intensity:.3g}" if row.bytes else "–",
+    return [fmt_si(row.flops_per_call, ""), fmt_si(row.bytes_per_call, "B"),
+            f"{row.intensity:.3g}" if row.bytes_per_call else "–",
             achieved, fmt_frac_pct(row.efficiency_frac), Text(row.verdict, style=VERDICT_STYLE.get(row.verdict, ""))]
 
 
@@ -171,7 +172,7 @@ def coverage_warning(meta: Mapping[str, Any], limit_pct: float = MODELLED_WARN_P
         return None
     unmodelled = [u for u in cov.get("unmodelled") or [] if isinstance(u, Mapping)]
     total_s = float(meta.get("total_device_time_s") or 0.0)
-    named = ", ".join(f"{u.get('name')} ({fmt_pct(_share_pct(u.get('device_time_s'), total_s), 0)})"
+    named = ", ".join(f"{u.get('name')} ({fmt_pct(_share_pct(u.get('device_time_total_s'), total_s), 0)})"
                       for u in unmodelled[:UNMODELLED_NAMED])
     more = len(unmodelled) - UNMODELLED_NAMED
     named += f", +{more} more" if more > 0 else ""

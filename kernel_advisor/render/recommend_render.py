@@ -13,8 +13,11 @@ from rich.table import Table
 from kernel_advisor.recommend.engine import Finding, Recommendation
 from kernel_advisor.recommend.hotspots import Hotspot
 from kernel_advisor.recommend.report import Report
+from kernel_advisor.records.recommendations import SCHEMA_VERSION as RECOMMENDATIONS_SCHEMA
 
-JSON_SCHEMA_VERSION = 2  # 2: action, action_reason and measured on every recommendation; plan
+# recommendations.json's schema (records/recommendations.py): 2 added action, action_reason and
+# measured on every recommendation, and plan; 3 names the evidence as ops.csv's columns now do.
+JSON_SCHEMA_VERSION = RECOMMENDATIONS_SCHEMA
 _DROP_FROM_EVIDENCE = ("settings",)  # repeated on every recommendation; it lives under "run"
 
 

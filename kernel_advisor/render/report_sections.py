@@ -94,7 +94,7 @@ def _figure(label: str, value: str) -> Html:
 def time_by_verdict(ops: pd.DataFrame, steps: int) -> dict[str, float]:
     """Device time per step per verdict (all "unknown" for a run without analysis)."""
     verdicts = ops["verdict"] if "verdict" in ops else pd.Series(["unknown"] * len(ops), index=ops.index)
-    per_step = ops["device_time_s"].groupby(verdicts.where(verdicts.isin(VERDICTS), "unknown")).sum() / steps
+    per_step = ops["device_time_total_s"].groupby(verdicts.where(verdicts.isin(VERDICTS), "unknown")).sum() / steps
     return {v: float(per_step.get(v, 0.0)) for v in VERDICTS if per_step.get(v, 0.0) > 0}
 
 
@@ -111,10 +111,11 @@ def summary_section(meta: Mapping[str, Any], ops: pd.DataFrame) -> Html:
     steps, step = _steps(meta), step_time_of(meta)
     # NB: an op faster than its roofline (L2 reuse, a cost model that overcounts) has negative
     # headroom; it frees no time for the others, so only positive headroom is summed.
-    headroom = ops["headroom_s"].where(ops["headroom_s"] > 0).sum() / steps if "headroom_s" in ops else None
+    headroom = (ops["headroom_total_s"].where(ops["headroom_total_s"] > 0).sum() / steps
+                if "headroom_total_s" in ops else None)
     figures = [
         _figure(f"step time ({step.basis() if step else 'no step times'})", step_value_text(step)),
-        _figure("device time per step", fmt_time_s(float(ops["device_time_s"].sum()) / steps)),
+        _figure("device time per step", fmt_time_s(float(ops["device_time_total_s"].sum()) / steps)),
         _figure("device busy", fmt_frac_pct(meta.get("device_busy_frac"))),
         _figure("device time modelled", fmt_pct((meta.get("coverage") or {}).get("modelled_time_pct"))),
         _figure("time above roofline per step", fmt_time_s(headroom)),
@@ -142,7 +143,7 @@ def _path_usage(ops: pd.DataFrame, steps: int) -> dict[str, float]:
     if "compute_path" not in ops:
         return {}
     used = ops[ops["compute_path"].astype(str) != ""]
-    return (used["device_time_s"].groupby(used["compute_path"]).sum() / steps).to_dict()
+    return (used["device_time_total_s"].groupby(used["compute_path"]).sum() / steps).to_dict()
 
 
 def ceilings_section(meta: Mapping[str, Any], ops: pd.DataFrame) -> Html:
@@ -215,8 +216,8 @@ def intensity_text(flop_per_byte: float | None) -> str:
 
 def _hotspot_row(rank: int, row: Mapping[str, Any], steps: int) -> Html:
     name, kind = str(row.get("name", "")), str(row.get("kind") or "op")
-    headroom = _get(row, "headroom_s")
-    flops, nbytes = _get(row, "flops"), _get(row, "bytes")
+    headroom = _get(row, "headroom_total_s")
+    flops, nbytes = _get(row, "flops_per_call"), _get(row, "bytes_per_call")
     cells = [
         num_cell(rank, str(rank)),
         h("td", h("span", shorten(name, 36), class_="mono", title=name),
@@ -225,7 +226,7 @@ def _hotspot_row(rank: int, row: Mapping[str, Any], steps: int) -> Html:
         h("td", shorten(shapes_text(row.get("input_shapes")), 80), class_="mono shapes"),
         h("td", dtype_text(row.get("input_dtypes"))),
         num_cell(row.get("calls", 0) / steps, f"{row.get('calls', 0) / steps:g}"),
-        num_cell(row.get("device_time_s", 0.0) / steps, fmt_time_s(row.get("device_time_s", 0.0) / steps)),
+        num_cell(row.get("device_time_total_s", 0.0) / steps, fmt_time_s(row.get("device_time_total_s", 0.0) / steps)),
         num_cell(row.get("share_pct"), fmt_pct(row.get("share_pct"))),
         num_cell(flops, fmt_si(flops, "")), num_cell(nbytes, fmt_si(nbytes, "B")),
         num_cell(_get(row, "intensity"), intensity_text(_get(row, "intensity"))),
@@ -241,7 +242,7 @@ def _hotspot_row(rank: int, row: Mapping[str, Any], steps: int) -> Html:
 
 
 def ordered_ops(ops: pd.DataFrame) -> pd.DataFrame:
-    return ops.sort_values("device_time_s", ascending=False, kind="stable").reset_index(drop=True)
+    return ops.sort_values("device_time_total_s", ascending=False, kind="stable").reset_index(drop=True)
 
 
 def hotspot_section(ops: pd.DataFrame, meta: Mapping[str, Any], top: int) -> Html:
@@ -263,13 +264,13 @@ def hotspot_section(ops: pd.DataFrame, meta: Mapping[str, Any], top: int) -> Htm
 def region_table(ops: pd.DataFrame, steps: int, top_ops: int = 3) -> pd.DataFrame:
     """Per record_function/NVTX region: time per step, share, op rows, its top ops by time."""
     regions = ops["region"].fillna("").astype(str) if "region" in ops else pd.Series([""] * len(ops))
-    total_s = float(ops["device_time_s"].sum()) or 1.0
+    total_s = float(ops["device_time_total_s"].sum()) or 1.0
     rows = []
     for region, group in ops.groupby(regions.values, sort=False):
-        top = group.sort_values("device_time_s", ascending=False, kind="stable").head(top_ops)
-        rows.append({"region": region, "time_per_step_s": float(group["device_time_s"].sum()) / steps,
-                     "share_pct": 100 * float(group["device_time_s"].sum()) / total_s, "ops": len(group),
-                     "top_ops": [(str(n), float(t) / steps) for n, t in zip(top["name"], top["device_time_s"])]})
+        top = group.sort_values("device_time_total_s", ascending=False, kind="stable").head(top_ops)
+        rows.append({"region": region, "time_per_step_s": float(group["device_time_total_s"].sum()) / steps,
+                     "share_pct": 100 * float(group["device_time_total_s"].sum()) / total_s, "ops": len(group),
+                     "top_ops": [(str(n), float(t) / steps) for n, t in zip(top["name"], top["device_time_total_s"])]})
     frame = pd.DataFrame(rows, columns=["region", "time_per_step_s", "share_pct", "ops", "top_ops"])
     return frame.sort_values("time_per_step_s", ascending=False, kind="stable").reset_index(drop=True)
 

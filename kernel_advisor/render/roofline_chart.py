@@ -80,7 +80,7 @@ def _truthy(value: Any) -> bool:
 
 
 def _require_analysis(ops: pd.DataFrame) -> None:
-    needed = ("modelled", "flops", "bytes", "intensity", "achieved_flops_per_s", "verdict")
+    needed = ("modelled", "flops_per_call", "bytes_per_call", "intensity", "achieved_flops_per_s", "verdict")
     missing = [c for c in needed if c not in ops.columns]
     if missing:
         raise UserInputError(f"the run has no roofline analysis (ops.csv lacks {', '.join(missing)})",
@@ -108,8 +108,8 @@ def _ceiling_values(ops: pd.DataFrame, meta: dict, paths: list[str]) -> tuple[fl
 def _skip_masks(ops: pd.DataFrame) -> dict[str, pd.Series]:
     """Why a row cannot be a point on log-log axes, by reason (each row in at most one)."""
     modelled = ops["modelled"].map(_truthy).astype(bool)
-    timed = ops["device_time_s"] > 0
-    flops, nbytes = ops["flops"], ops["bytes"]
+    timed = ops["device_time_total_s"] > 0
+    flops, nbytes = ops["flops_per_call"], ops["bytes_per_call"]
     return {
         UNMODELLED: ~modelled,
         "with 0 FLOP, pure data movement": modelled & (flops == 0),
@@ -121,20 +121,20 @@ def _skip_masks(ops: pd.DataFrame) -> dict[str, pd.Series]:
 def roofline_data(ops: pd.DataFrame, meta: dict) -> RooflineData:
     """What the chart shows for a loaded run; raises UserInputError when it was not analyzed."""
     _require_analysis(ops)
-    ordered = ops.sort_values("device_time_s", ascending=False, kind="stable").reset_index(drop=True)
-    total_s = float(ordered["device_time_s"].sum()) or 1.0
+    ordered = ops.sort_values("device_time_total_s", ascending=False, kind="stable").reset_index(drop=True)
+    total_s = float(ordered["device_time_total_s"].sum()) or 1.0
     steps = max(int(meta.get("steps") or 1), 1)
     masks = _skip_masks(ordered)
     drawable = ~pd.concat(masks.values(), axis=1).any(axis=1)
     points = tuple(RooflinePoint(rank=i + 1, name=str(r.name), intensity=float(r.intensity),
                                  achieved_flops_per_s=float(r.achieved_flops_per_s),
-                                 time_per_step_s=float(r.device_time_s) / steps,
+                                 time_per_step_s=float(r.device_time_total_s) / steps,
                                  verdict=str(r.verdict) if r.verdict in VERDICT_COLOURS else "unknown")
                    for i, r in zip(ordered.index[drawable], ordered[drawable].itertuples(index=False)))
     paths = sorted({str(p) for p in ordered.loc[drawable, "compute_path"] if p})
     bandwidth, peaks = _ceiling_values(ordered, meta, paths)
     skipped = tuple(SkippedOps(reason, int(mask.sum()),
-                               100 * float(ordered.loc[mask, "device_time_s"].sum()) / total_s)
+                               100 * float(ordered.loc[mask, "device_time_total_s"].sum()) / total_s)
                     for reason, mask in masks.items() if mask.any())
     ceilings = meta.get("ceilings") or {}
     return RooflineData(

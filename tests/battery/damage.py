@@ -49,11 +49,11 @@ def garbage_ops(tmp: Path, run: Path) -> None:
 
 
 def damaged_cell(tmp: Path, run: Path) -> None:
-    """One device_time_s cell overwritten with text (bit rot, a bad merge, a hand edit)."""
+    """One device_time_total_s cell overwritten with text (bit rot, a bad merge, a hand edit)."""
     path = copy_of(run, tmp, "damaged-cell-run")
     with open(path / "ops.csv", newline="") as f:
         header, first, *rest = list(csv.reader(f))
-    first[header.index("device_time_s")] = "oops"
+    first[header.index("device_time_total_s")] = "oops"
     with open(path / "ops.csv", "w", newline="") as f:
         csv.writer(f, lineterminator="\n").writerows([header, first, *rest])
 
