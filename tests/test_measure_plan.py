@@ -58,3 +58,12 @@ def test_rerank_puts_measured_gains_first_then_predicted_order():
     by_rec = {("a", "row:1"): no_difference(), ("b", "row:2"): faster(0.4),
               ("c", "row:3"): Outcome("not-measurable", "no action"), ("d", "row:4"): faster(0.1)}
     assert rerank(findings, by_rec) == ("b", "d", "a", "c")
+
+
+def test_a_recommendation_beyond_top_is_not_measurable_and_says_top():
+    from kernel_advisor.measure.advice import _outcome_for
+
+    rec = _finding(4, "d", "pad_gemm", 5).recommendations[0]
+    got = _outcome_for(rec, {"sdpa": faster(0.3)}, beyond={"pad_gemm"}, top=2)
+    assert got.status == "not-measurable" and "outside the top 2 recommendations (--top)" in got.reason
+    assert _outcome_for(rec, {"pad_gemm": faster(0.1)}, beyond=set(), top=2).status == faster(0.1).status
