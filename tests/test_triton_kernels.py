@@ -385,7 +385,6 @@ def test_unsupported_types_raise_type_error(call):
 @pytest.mark.parametrize("call, match", [
     (lambda: layer_norm(randn(2, 8), (4,)), "normalized_shape"),
     (lambda: rms_norm(randn(2, 8), (8,), randn(4)), "weight has shape"),
-    (lambda: rms_norm(randn(1, 65537), (65537,)), "65536"),
     (lambda: add_layer_norm(randn(2, 8), randn(3, 8), (8,)), "residual"),
     (lambda: swiglu(randn(2, 3), randn(3, 2)), "must match"),
     (lambda: gelu(randn(3), "fast"), "approximate"),

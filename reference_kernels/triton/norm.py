@@ -2,7 +2,8 @@
 
 One forward and one backward kernel serve all four variants through constexpr flags, so the
 arithmetic is shared: layer_norm.py and rms_norm.py hold the public launchers.
-Rows up to MAX_FUSED_COLS stay in registers; short rows are packed several per program.
+Rows up to MAX_FUSED_COLS stay in registers; short rows are packed several per program;
+longer rows are split over several programs (norm_split.py).
 """
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from reference_kernels.triton._common import (
     MAX_FUSED_COLS, acc_torch_dtype, acc_type, ints, num_warps_for, partial_sum_programs,
     rows_per_program, sm_count,
 )
+from reference_kernels.triton import rowsplit
 from reference_kernels.triton._ops import kernel_op, launcher
+from reference_kernels.triton.norm_split import split_norm_bwd, split_norm_fwd
 
 
 @triton.jit
@@ -170,6 +173,11 @@ class BwdConfig:
     stages: int
 
 
+def _split(n_cols: int) -> bool:
+    """Rows past MAX_FUSED_COLS (or any, when a test forces it) take norm_split.py's kernels."""
+    return n_cols > MAX_FUSED_COLS or rowsplit.FORCE is not None
+
+
 def _block_cols(n_cols: int) -> int:
     return triton.next_power_of_2(n_cols)
 
@@ -259,6 +267,9 @@ def norm_fwd(x2d, residual2d, weight, bias, eps: float, is_rms: bool,
     rstd = torch.empty(n_rows, dtype=acc_dtype, device=dev)
     if y.numel() == 0:
         return y, h, mean, rstd
+    if _split(n_cols):
+        split_norm_fwd(x2d, residual2d, weight, bias, eps, is_rms, y, h, mean, rstd)
+        return y, h, mean, rstd
     config = config or fwd_config(n_rows, n_cols, x2d.dtype)
     block_m, block_n = config.block_m, _block_cols(n_cols)
     x_stride, res_stride = ints(x2d.stride(0),
@@ -290,6 +301,10 @@ def _norm_bwd_sums(x2d, weight, mean, rstd, dy2d, dres2d, need_dw: bool, need_db
     n_rows, n_cols = ints(*x2d.shape)
     dev, acc_dtype = x2d.device, acc_torch_dtype(x2d.dtype)
     dx = torch.empty((n_rows, n_cols), dtype=x2d.dtype, device=dev)
+    if _split(n_cols) and dx.numel() > 0:
+        parts, runs = split_norm_bwd(x2d, weight, mean, rstd, dy2d, dres2d, dx, need_dw,
+                                     need_db, is_rms)
+        return dx, _sum_partials(parts, runs, dx.numel())
     if config is None:
         config, block_m, programs = _bwd_launch(n_rows, n_cols, x2d.dtype, is_rms,
                                                 dres2d is not None, dev)
@@ -381,8 +396,8 @@ def _sum_tile(programs: int) -> tuple[int, int]:
 
 
 def check_norm_args(fn_name: str, x: torch.Tensor, normalized_shape, *params) -> list[int]:
-    """normalized_shape as a list; ValueError when it does not end x's shape, a parameter's
-    shape differs or the row is longer than one register tile holds."""
+    """normalized_shape as a list; ValueError when it does not end x's shape or a
+    parameter's shape differs. Any row length: rows past MAX_FUSED_COLS are split."""
     shape = [normalized_shape] if isinstance(normalized_shape, int) else list(normalized_shape)
     if not shape or x.dim() < len(shape) or list(x.shape[-len(shape):]) != shape:
         raise ValueError(f"{fn_name}: normalized_shape {shape} must match the last dims of "
@@ -390,11 +405,6 @@ def check_norm_args(fn_name: str, x: torch.Tensor, normalized_shape, *params) ->
     for name, p in params:
         if p is not None and list(p.shape) != shape:
             raise ValueError(f"{fn_name}: {name} has shape {list(p.shape)}, expected {shape}")
-    n_cols = _n_cols(shape)
-    if n_cols > MAX_FUSED_COLS:
-        raise ValueError(f"{fn_name}: rows of {n_cols} elements exceed this kernel's "
-                         f"{MAX_FUSED_COLS}-element limit (one row per register tile); use "
-                         "torch.nn.functional for wider rows")
     return shape
 
 

@@ -2,7 +2,8 @@
 
 Rows up to SINGLE_BLOCK_COLS stay in registers (several short rows per program); longer rows
 take two passes with an online max/sum (Milakov & Gimelshein, 2018), the second pass mostly
-served from L2.
+served from L2. Fewer long rows than SMs are split over several programs each (rowsplit.py):
+per-segment max/sum partials, then a merge in every program that writes a block.
 """
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ import triton
 import triton.language as tl
 
 from reference_kernels.triton._common import (
-    INTERPRETED, acc_type, as_rows, check_tensor, ints, num_warps_for, online_update,
-    rows_per_program,
+    INTERPRETED, acc_torch_dtype, acc_type, as_rows, check_tensor, ints, num_warps_for,
+    online_update, rows_per_program,
 )
+from reference_kernels.triton import rowsplit
 from reference_kernels.triton._ops import kernel_op, launcher
+from reference_kernels.triton.rowsplit import load_partials, row_and_cols, row_and_segment
 
 SINGLE_BLOCK_COLS = 32768
 # NB: the CPU interpreter pays per op, not per element: bigger chunks, same code path.
@@ -121,6 +124,85 @@ def _softmax_bwd_loop(y_ptr, dy_ptr, dx_ptr, n_cols, y_row_stride, dy_row_stride
         tl.store(dx_ptr + row * n_cols + start + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _softmax_split_stats(x_ptr, max_ptr, sum_ptr, n_cols, x_row_stride, seg_cols, n_segs,
+                         ACC: tl.constexpr, BLOCK: tl.constexpr):
+    # Program (row, segment): reads seg_cols*elt of x, writes the segment's max and its sum
+    # of exp(x - max): 2 floats.
+    row, seg = row_and_segment(n_segs)
+    x_row = x_ptr + row * x_row_stride
+    cols = tl.arange(0, BLOCK)
+    m = tl.full([BLOCK], -float("inf"), ACC)
+    s = tl.zeros([BLOCK], ACC)
+    for off in range(0, seg_cols, BLOCK):
+        c = seg * seg_cols + off + cols
+        m, s = online_update(m, s, tl.load(x_row + c, mask=c < n_cols,
+                                             other=-float("inf")).to(ACC))
+    seg_max = tl.max(m, axis=0)
+    shift = tl.where(seg_max == -float("inf"), 0.0, seg_max)
+    tl.store(max_ptr + row * n_segs + seg, seg_max)
+    tl.store(sum_ptr + row * n_segs + seg, tl.sum(s * tl.exp(m - shift), axis=0))
+
+
+@triton.jit
+def _softmax_split_apply(x_ptr, y_ptr, max_ptr, sum_ptr, n_cols, x_row_stride, n_segs,
+                         LOG: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr,
+                         SEGS: tl.constexpr):
+    # Program (row, column block): reads the row's 2*n_segs partials (L2) and BLOCK*elt of
+    # x, writes BLOCK*elt of y. The merge is the online update's, over segments.
+    row, cols = row_and_cols(n_cols, BLOCK)
+    seg_max = load_partials(max_ptr, row, n_segs, SEGS, -float("inf"))
+    seg_sum = load_partials(sum_ptr, row, n_segs, SEGS, 0.0)
+    row_max = tl.max(seg_max, axis=0)
+    shift = tl.where(row_max == -float("inf"), 0.0, row_max)
+    row_sum = tl.sum(seg_sum * tl.exp(seg_max - shift), axis=0)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(ACC)
+    if LOG:
+        y = x - row_max - tl.log(row_sum)
+    else:
+        y = tl.exp(x - row_max) / row_sum
+    tl.store(y_ptr + row * n_cols + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_bwd_split_stats(y_ptr, dy_ptr, part_ptr, n_cols, y_row_stride, dy_row_stride,
+                             seg_cols, n_segs, LOG: tl.constexpr, ACC: tl.constexpr,
+                             BLOCK: tl.constexpr):
+    # Program (row, segment): reads seg_cols*elt of dy (and of y for softmax), writes one
+    # float: the segment's sum(dy*y) (softmax) or sum(dy) (log_softmax).
+    row, seg = row_and_segment(n_segs)
+    cols = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], ACC)
+    for off in range(0, seg_cols, BLOCK):
+        c = seg * seg_cols + off + cols
+        mask = c < n_cols
+        dy = tl.load(dy_ptr + row * dy_row_stride + c, mask=mask, other=0.0).to(ACC)
+        if LOG:
+            acc += dy
+        else:
+            acc += dy * tl.load(y_ptr + row * y_row_stride + c, mask=mask, other=0.0).to(ACC)
+    tl.store(part_ptr + row * n_segs + seg, tl.sum(acc, axis=0))
+
+
+@triton.jit
+def _softmax_bwd_split_apply(y_ptr, dy_ptr, dx_ptr, part_ptr, n_cols, y_row_stride,
+                             dy_row_stride, n_segs, LOG: tl.constexpr, ACC: tl.constexpr,
+                             BLOCK: tl.constexpr, SEGS: tl.constexpr):
+    # Program (row, column block): reads n_segs partials (L2), BLOCK*elt of y and of dy,
+    # writes BLOCK*elt of dx.
+    row, cols = row_and_cols(n_cols, BLOCK)
+    total = tl.sum(load_partials(part_ptr, row, n_segs, SEGS, 0.0), axis=0)
+    mask = cols < n_cols
+    y = tl.load(y_ptr + row * y_row_stride + cols, mask=mask, other=0.0).to(ACC)
+    dy = tl.load(dy_ptr + row * dy_row_stride + cols, mask=mask, other=0.0).to(ACC)
+    if LOG:
+        dx = dy - tl.exp(y) * total
+    else:
+        dx = y * (dy - total)
+    tl.store(dx_ptr + row * n_cols + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
 @dataclass(frozen=True)
 class BlockConfig:
     """Launch of the in-register kernels (rows up to SINGLE_BLOCK_COLS): rows per program
@@ -156,17 +238,35 @@ def softmax_fwd(x2d: torch.Tensor, log: bool, config: BlockConfig | None = None)
     if y.numel() == 0:
         return y
     acc = acc_type(x2d.dtype)
-    if n_cols <= SINGLE_BLOCK_COLS:
+    if n_cols <= SINGLE_BLOCK_COLS and rowsplit.FORCE is None:
         config = config or block_config(n_rows, n_cols)
         grid = (triton.cdiv(n_rows, config.block_m),)
         launcher(_softmax_fwd_block)[grid](
             x2d, y, n_rows, n_cols, row_stride, LOG=log, ACC=acc, BLOCK_M=config.block_m,
             BLOCK_N=triton.next_power_of_2(n_cols), num_warps=config.num_warps)
+    elif rowsplit.few_rows(n_rows, x2d.device):
+        _softmax_fwd_split(x2d, y, log)
     else:
         launcher(_softmax_fwd_loop)[(n_rows,)](
             x2d, y, n_cols, row_stride, LOG=log, ACC=acc, BLOCK_N=LOOP_BLOCK_COLS,
             num_warps=num_warps_for(LOOP_BLOCK_COLS))
     return y
+
+
+def _softmax_fwd_split(x2d: torch.Tensor, y: torch.Tensor, log: bool) -> None:
+    """Few long rows: each row over config.segments stats programs, then one apply program
+    per BLOCK columns (rowsplit.py)."""
+    n_rows, n_cols, row_stride = ints(*x2d.shape, x2d.stride(0))
+    config = rowsplit.split_for(n_rows, n_cols, x2d.device)
+    acc = acc_type(x2d.dtype)
+    stats = torch.empty((2, n_rows, config.segments), dtype=acc_torch_dtype(x2d.dtype),
+                        device=x2d.device)
+    launcher(_softmax_split_stats)[rowsplit.stats_grid(n_rows, config)](
+        x2d, stats[0], stats[1], n_cols, row_stride, config.seg_cols, config.segments,
+        ACC=acc, BLOCK=config.block, num_warps=config.num_warps)
+    launcher(_softmax_split_apply)[rowsplit.apply_grid(n_rows, n_cols, config)](
+        x2d, y, stats[0], stats[1], n_cols, row_stride, config.segments, LOG=log, ACC=acc,
+        BLOCK=config.block, SEGS=config.segs_block, num_warps=config.num_warps)
 
 
 def softmax_bwd(y2d: torch.Tensor, dy2d: torch.Tensor, log: bool,
@@ -178,17 +278,36 @@ def softmax_bwd(y2d: torch.Tensor, dy2d: torch.Tensor, log: bool,
         return dx
     acc = acc_type(y2d.dtype)
     strides = ints(y2d.stride(0), dy2d.stride(0))
-    if n_cols <= SINGLE_BLOCK_COLS:
+    if n_cols <= SINGLE_BLOCK_COLS and rowsplit.FORCE is None:
         config = config or block_config(n_rows, n_cols)
         grid = (triton.cdiv(n_rows, config.block_m),)
         launcher(_softmax_bwd_block)[grid](
             y2d, dy2d, dx, n_rows, n_cols, *strides, LOG=log, ACC=acc, BLOCK_M=config.block_m,
             BLOCK_N=triton.next_power_of_2(n_cols), num_warps=config.num_warps)
+    elif rowsplit.few_rows(n_rows, y2d.device):
+        _softmax_bwd_split(y2d, dy2d, dx, log)
     else:
         launcher(_softmax_bwd_loop)[(n_rows,)](
             y2d, dy2d, dx, n_cols, *strides, LOG=log, ACC=acc, BLOCK_N=LOOP_BLOCK_COLS,
             num_warps=num_warps_for(LOOP_BLOCK_COLS))
     return dx
+
+
+def _softmax_bwd_split(y2d: torch.Tensor, dy2d: torch.Tensor, dx: torch.Tensor,
+                       log: bool) -> None:
+    """Few long rows: per-segment partial sums, then one apply program per BLOCK columns."""
+    n_rows, n_cols = ints(*y2d.shape)
+    strides = ints(y2d.stride(0), dy2d.stride(0))
+    config = rowsplit.split_for(n_rows, n_cols, y2d.device)
+    acc = acc_type(y2d.dtype)
+    part = torch.empty((n_rows, config.segments), dtype=acc_torch_dtype(y2d.dtype),
+                       device=y2d.device)
+    launcher(_softmax_bwd_split_stats)[rowsplit.stats_grid(n_rows, config)](
+        y2d, dy2d, part, n_cols, *strides, config.seg_cols, config.segments, LOG=log,
+        ACC=acc, BLOCK=config.block, num_warps=config.num_warps)
+    launcher(_softmax_bwd_split_apply)[rowsplit.apply_grid(n_rows, n_cols, config)](
+        y2d, dy2d, dx, part, n_cols, *strides, config.segments, LOG=log, ACC=acc,
+        BLOCK=config.block, SEGS=config.segs_block, num_warps=config.num_warps)
 
 
 def _like(x: torch.Tensor) -> torch.Tensor:
