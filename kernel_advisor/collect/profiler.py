@@ -25,7 +25,7 @@ from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
 from kernel_advisor.collect.nvtx_ranges import nvtx_range
 from kernel_advisor.collect.profiler_output import profiler_output_filtered, quietly
 from kernel_advisor.collect.runner import make_step, nonfinite_outputs
-from kernel_advisor.collect.step_time import SteadyState, time_until_steady
+from kernel_advisor.collect.step_time import SteadyState, is_drifting, time_until_steady
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
@@ -52,7 +52,8 @@ def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Pa
     with mirror_user_nvtx(), inductor_kernel_metadata():
         nonfinite = _warm_up(step, warmup, sync, report)
         # Steps still speeding up are warm-up: timed again, up to a cap (collect/step_time.py).
-        unprofiled, steady = time_until_steady(lambda: _timed_steps(step, steps, sync, report))
+        unprofiled, steady = time_until_steady(lambda: _timed_steps(step, steps, sync, report),
+                                               drifting=_drifting_on_any_rank(loaded.device))
         if loaded.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(loaded.device)
         profiled = _profiled_steps(step, steps, sync, trace_path, loaded.device, report)
@@ -79,6 +80,27 @@ def inductor_kernel_metadata():
         return
     with config.patch(benchmark_kernel=True):
         yield
+
+
+def _drifting_on_any_rank(dev: torch.device) -> Callable[[list[float]], bool]:
+    """The warm-up check, agreed across ranks under torch.distributed (else this process's own).
+
+    Every extra round of timed steps runs the model's collectives: a rank that decided alone
+    to time another round would leave its peers' collectives unmatched (gloo: "Connection
+    closed by peer" once a peer exits; NCCL: a hang until the process group's timeout).
+    So the ranks time again when any rank still drifts.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return is_drifting
+
+    def any_rank(times: list[float]) -> bool:
+        flag = torch.tensor([int(is_drifting(times))], device=dev)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    return any_rank
 
 
 def _synchronizer(dev: torch.device) -> Callable[[], None]:

@@ -206,14 +206,19 @@ def is_drifting(times_s: Sequence[float], limit: float = DRIFT_RATIO_LIMIT) -> b
 
 
 def time_until_steady(time_round: Callable[[], list[float]],
-                      max_extra_rounds: int = MAX_EXTRA_WARMUP_ROUNDS) -> tuple[list[float], SteadyState]:
+                      max_extra_rounds: int = MAX_EXTRA_WARMUP_ROUNDS,
+                      drifting: Callable[[list[float]], bool] = is_drifting) -> tuple[list[float], SteadyState]:
     """Time a round of steps; while it drifts, count it as warm-up and time another, at most
-    `max_extra_rounds` more. Returns the kept round and what the check found."""
+    `max_extra_rounds` more. Returns the kept round and what the check found.
+
+    `drifting` decides whether to time again; ranks of a distributed run pass one that agrees
+    across ranks (collect/profiler.py), since each extra round runs collectives.
+    """
     times = list(time_round())
     first = drift_ratio(times)
     extra = 0
     rounds = 0
-    while is_drifting(times) and rounds < max_extra_rounds:
+    while drifting(times) and rounds < max_extra_rounds:
         extra += len(times)
         rounds += 1
         times = list(time_round())
