@@ -63,7 +63,6 @@ import os
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +74,8 @@ import torch
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_CSV = REPO / "benchmarks" / "data" / "kernels.csv"
+sys.path.insert(0, str(HERE))
+from docdata import write_csv_atomic  # noqa: E402
 
 # ---------------------------------------------------------------- the declared sweep
 
@@ -671,16 +672,7 @@ def sort_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_atomic(df: pd.DataFrame, path: Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        df.to_csv(tmp, index=False, float_format="%.6g")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_csv_atomic(df, path, float_format="%.6g")
 
 
 def upsert_file(path: Path, new: pd.DataFrame) -> pd.DataFrame:

@@ -19,6 +19,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 from distributed_record import DEFAULT_PATH, DistributedRecord, RunFigures, read_record  # noqa: E402
+from docdata import splice_block  # noqa: E402
 
 BEGIN, END = "<!-- measured:begin -->", "<!-- measured:end -->"
 TITLE = "Measured on a multi-GPU host"
@@ -166,17 +167,7 @@ def render(rec: DistributedRecord) -> str:
 
 
 def splice(text: str, block: str) -> str:
-    """Put `block` between the markers, or add a section holding them before '## Limits'."""
-    inner = f"{BEGIN}\n{block.rstrip()}\n{END}"
-    start, end = text.find(BEGIN), text.find(END)
-    if start >= 0 and end > start:
-        return text[:start] + inner + text[end + len(END):]
-    section = f"## {TITLE}\n\n{inner}\n"
-    limits = text.find("\n## Limits")
-    if limits >= 0:
-        return text[:limits + 1] + section + "\n" + text[limits + 1:]
-    before = text.rstrip("\n") + "\n\n" if text.strip() else ""
-    return before + section
+    return splice_block(text, block, BEGIN, END, TITLE, before="## Limits")
 
 
 def main(argv: list[str] | None = None) -> int:

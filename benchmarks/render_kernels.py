@@ -29,6 +29,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 from bench_kernels_csv import (BUNDLED, CLASS_NAMES, DEFAULT_CSV, OTHERS,  # noqa: E402
                                PROVIDERS, read_csv)
+from docdata import splice_block  # noqa: E402
 
 BEGIN, END = "<!-- kernels:begin -->", "<!-- kernels:end -->"
 TITLE = "Bundled kernels side by side"
@@ -236,13 +237,7 @@ def _cell(text: str) -> str:
 
 
 def splice(text: str, block: str) -> str:
-    """Put `block` between the markers of `text`, or append a section holding them."""
-    inner = f"{BEGIN}\n{block.rstrip()}\n{END}"
-    start, end = text.find(BEGIN), text.find(END)
-    if start >= 0 and end > start:
-        return text[:start] + inner + text[end + len(END):]
-    before = text.rstrip("\n") + "\n\n" if text.strip() else ""
-    return f"{before}## {TITLE}\n\n{inner}\n"
+    return splice_block(text, block, BEGIN, END, TITLE)
 
 
 def summary(df: pd.DataFrame) -> str:

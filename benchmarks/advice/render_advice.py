@@ -19,8 +19,9 @@ import pandas as pd
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parent)]
 import fit_gain  # noqa: E402 - a sibling script: one definition of the action-level comparison
+from docdata import splice_block  # noqa: E402
 
 BEGIN, END = "<!-- advice:begin -->", "<!-- advice:end -->"
 RECALL_BEGIN, RECALL_END = "<!-- recall:begin -->", "<!-- recall:end -->"
@@ -205,14 +206,7 @@ def model_table(df: pd.DataFrame) -> str:
 
 
 def splice(text: str, block: str, markers: tuple[str, str] = (BEGIN, END), title: str = "Measured advice") -> str:
-    """Put `block` between the markers of `text`, or append a section holding them."""
-    begin, end_marker = markers
-    inner = f"{begin}\n{block.rstrip()}\n{end_marker}"
-    start, end = text.find(begin), text.find(end_marker)
-    if start >= 0 and end > start:
-        return text[:start] + inner + text[end + len(end_marker):]
-    before = text.rstrip("\n") + "\n\n" if text.strip() else ""
-    return f"{before}## {title}\n\n{inner}\n"
+    return splice_block(text, block, *markers, title)
 
 
 def recall(df: pd.DataFrame) -> str:

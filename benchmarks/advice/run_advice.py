@@ -28,6 +28,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 MODELS_DIR = HERE / "models"
 DEFAULT_CSV = REPO / "benchmarks" / "data" / "advice.csv"
+sys.path.insert(0, str(HERE.parent))
+from docdata import write_csv_atomic  # noqa: E402
 
 KEY = ["model", "kind", "rule_id", "subject", "action", "device_name", "dtype", "mode"]
 VALUES = ["predicted_gain_frac", "measured_gain_frac", "speedup", "speedup_low", "speedup_high", "verdict",
@@ -214,16 +216,7 @@ def sort_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_atomic(df: pd.DataFrame, path: Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        df.to_csv(tmp, index=False)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_csv_atomic(df, path)
 
 
 # ---------------------------------------------------------------- running one model
