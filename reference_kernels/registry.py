@@ -59,6 +59,49 @@ def _cuda_home() -> str | None:
 
 
 @dataclass(frozen=True)
+class ShapeClass:
+    """A set of row-op shapes as the kernel sees them: `cols` is the reduced length (softmax's
+    last dim, the product of a norm's normalized_shape, the vocabulary), `rows` the rest.
+    Bounds are inclusive; None is unbounded; empty `dtypes` means every dtype."""
+
+    name: str
+    min_rows: int = 1
+    max_rows: int | None = None
+    min_cols: int = 1
+    max_cols: int | None = None
+    dtypes: tuple[str, ...] = ()
+
+    def matches(self, rows: int, cols: int, dtype: torch.dtype | str) -> bool:
+        name = str(dtype).replace("torch.", "")
+        return (self.min_rows <= rows and (self.max_rows is None or rows <= self.max_rows)
+                and self.min_cols <= cols and (self.max_cols is None or cols <= self.max_cols)
+                and (not self.dtypes or name in self.dtypes))
+
+
+@dataclass(frozen=True)
+class Loss:
+    """A shape class where the kernel is measured to lose: calls in it go to eager PyTorch.
+
+    `figure`: what was measured (times or fractions of copy bandwidth, what it lost to);
+    `source`: where the figure is written down (a file of the repository, or the issue that
+    reported it); `path`: the kernel path the figure measured, so a later change of path
+    says which entries need measuring again."""
+
+    shape_class: ShapeClass
+    figure: str
+    source: str
+    path: str = ""
+
+    def reason(self, kernel_id: str) -> str:
+        return (f"{kernel_id} loses on {self.shape_class.name} ({self.figure}; "
+                f"{self.source})")
+
+
+# try-kernel's fallback reasons for calls the registry routes to eager start with this.
+EAGER_ROUTE = "registry routes to eager: "
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     """One reference kernel.
 
@@ -82,9 +125,24 @@ class KernelSpec:
     memory_bound: bool = True
     tolerances: Tolerances = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     notes: str = ""
+    # Shape classes measured to lose (to eager or torch.compile): try-kernel sends those
+    # calls to eager PyTorch and reports them (issue 'Bundled kernels that never lose').
+    loses: tuple[Loss, ...] = ()
+    # Shape classes the kernel cannot take at all (beyond its index range, say): eager too.
+    refuses: tuple[ShapeClass, ...] = ()
 
     def reason_if_unsatisfied(self, device: str = "cuda") -> str | None:
         return self.capability.reason_if_unsatisfied(device)
+
+    def eager_route(self, rows: int, cols: int, dtype: torch.dtype | str) -> str:
+        """Why a (rows, cols) call of `dtype` goes to eager instead ("" when it stays here)."""
+        for c in self.refuses:
+            if c.matches(rows, cols, dtype):
+                return f"{EAGER_ROUTE}{self.id} cannot take {c.name}"
+        for loss in self.loses:
+            if loss.shape_class.matches(rows, cols, dtype):
+                return EAGER_ROUTE + loss.reason(self.id)
+        return ""
 
     def load(self) -> Callable:
         return _resolve(self.loader)

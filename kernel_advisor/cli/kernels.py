@@ -111,7 +111,11 @@ def _spec_dict(spec: KernelSpec, device: str) -> dict:
             "replaces_aten": list(spec.replaces_aten),
             "replaces_patterns": list(spec.replaces_patterns), "dtypes": list(spec.dtypes),
             "has_backward": spec.has_backward, "memory_bound": spec.memory_bound,
-            "device": device, "status": spec.reason_if_unsatisfied(device) or "ok"}
+            "device": device, "status": spec.reason_if_unsatisfied(device) or "ok",
+            # shape classes try-kernel leaves to eager: measured losses (with their source), limits
+            "loses": [{"shape_class": loss.shape_class.name, "figure": loss.figure, "source": loss.source,
+                       "path": loss.path} for loss in spec.loses],
+            "refuses": [c.name for c in spec.refuses]}
 
 
 @kernels_app.command("verify")

@@ -5,7 +5,7 @@ mapping per variant as trykernel/results.py's VariantResult, and what the comman
 (`created`, `run`, `args`). A reader refuses another schema_version, a missing key and a
 key of the wrong type, each with one line naming the file. Variant keys added since the
 first schema-1 file (member_calls, graph_breaks, break_reasons, speedup_vs_compile,
-verdict_vs_compile) are optional to readers.
+verdict_vs_compile, eager_routed_calls, eager_routes) are optional to readers.
 """
 from __future__ import annotations
 

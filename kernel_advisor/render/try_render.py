@@ -9,6 +9,7 @@ from rich.text import Text
 from kernel_advisor.render.units import fmt_si, fmt_time_s
 from kernel_advisor.trykernel.results import TryReport, VariantResult
 from kernel_advisor.trykernel.timing import Estimate
+from reference_kernels.registry import EAGER_ROUTE
 
 STATUS_STYLE = {"passed": "green", "FAILED": "bold red", "not applied": "yellow", "baseline": "cyan"}
 VERDICT_STYLE = {"faster": "green", "slower": "red", "no measurable difference": "dim"}
@@ -33,9 +34,13 @@ def note_lines(report: TryReport) -> list[str]:
     for v in report.variants:
         if v.status in ("FAILED", "not applied") and v.reason:
             lines.append(f"{v.name}: {v.status} — {v.reason}")
-        if v.fallback_reasons and v.status != "not applied":  # not applied: the reason says it
-            lines.append(f"{v.name}: fell back to PyTorch for {v.fallback_calls} call(s): "
-                         + "; ".join(v.fallback_reasons))
+        other = [r for r in v.fallback_reasons if not r.startswith(EAGER_ROUTE)]
+        if other and v.status != "not applied":  # not applied: the reason says it
+            lines.append(f"{v.name}: fell back to PyTorch for {v.fallback_calls - v.eager_routed_calls} call(s): "
+                         + "; ".join(other))
+        if v.eager_routes and v.status != "not applied":
+            lines.append(f"{v.name}: left {v.eager_routed_calls} call(s) to eager, on shapes where the registry "
+                         "says the kernel loses: " + "; ".join(r[len(EAGER_ROUTE):] for r in v.eager_routes))
         idle = [k for k, n in v.member_calls if n == 0]
         if v.kind == "combined" and v.calls and idle:
             lines.append(f"{v.name}: {', '.join(idle)} never ran here (another kernel replaced what it replaces)")

@@ -13,8 +13,9 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-# NB: reference kernels normalise over the last dimension of a contiguous tensor; calls
-# outside that contract fall back to PyTorch instead of failing.
+# NB: reference kernels normalise over the trailing dimensions of a contiguous tensor; calls
+# outside that contract fall back to PyTorch instead of failing (the Triton kernels would take
+# a non-contiguous input too, through one copy: not measured against eager, so not tried).
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,52 @@ def unsupported_input(x: Any, dtypes: tuple[str, ...], has_backward: bool, compo
     return ""
 
 
-def _last_dim_only(x: torch.Tensor, normalized_shape) -> str:
+def _trailing_dims(x: torch.Tensor, normalized_shape) -> str:
+    """The norms take any normalized_shape that ends x's shape (one row of their product)."""
     shape = list(normalized_shape)
-    if len(shape) != 1 or shape[0] != x.shape[-1]:
-        return f"normalized_shape {shape} is not just the last dimension"
+    if not shape or x.dim() < len(shape) or list(x.shape[-len(shape):]) != shape:
+        return f"normalized_shape {shape} is not the trailing dimensions of the input"
     return ""
+
+
+# A call's shape as the kernel sees it: (rows, reduced length, dtype); None: not a row op.
+RowShape = Callable[[dict], "tuple[int, int, torch.dtype] | None"]
+Route = Callable[[int, int, torch.dtype], str]  # KernelSpec.eager_route: "" or why eager
+
+
+def row_shape_of(x: torch.Tensor, cols: int) -> tuple[int, int, torch.dtype]:
+    return (x.numel() // cols if cols else 0), cols, x.dtype
+
+
+def softmax_rows(full: dict) -> tuple[int, int, torch.dtype]:
+    x = full["self"]
+    return row_shape_of(x, x.shape[-1] if x.dim() else 1)
+
+
+def norm_rows(full: dict) -> tuple[int, int, torch.dtype]:
+    cols = 1
+    for d in full["normalized_shape"]:
+        cols *= int(d)
+    return row_shape_of(full["input"], cols)
+
+
+def cross_entropy_rows(full: dict) -> tuple[int, int, torch.dtype]:
+    return row_shape_of(full["self"], full["self"].shape[-1])
+
+
+def routed(prepare: Prepare, row_shape: RowShape | None, route: Route | None) -> Prepare:
+    """`prepare`, then the registry's shape classes: a call in one the kernel loses (or cannot
+    take) goes to eager, its reason starting with registry.EAGER_ROUTE."""
+    if row_shape is None or route is None:
+        return prepare
+
+    def prepare_routed(full: dict) -> Plan | str:
+        plan = prepare(full)
+        if isinstance(plan, str):
+            return plan
+        return route(*row_shape(full)) or plan
+
+    return prepare_routed
 
 
 def softmax_prepare(dtypes: tuple[str, ...], has_backward: bool) -> Prepare:
@@ -85,7 +127,7 @@ def softmax_prepare(dtypes: tuple[str, ...], has_backward: bool) -> Prepare:
 def layer_norm_prepare(dtypes: tuple[str, ...], has_backward: bool) -> Prepare:
     def prepare(full: dict) -> Plan | str:
         x, shape, weight, bias = full["input"], full["normalized_shape"], full["weight"], full["bias"]
-        reason = unsupported_input(x, dtypes, has_backward, True, weight, bias) or _last_dim_only(x, shape)
+        reason = unsupported_input(x, dtypes, has_backward, True, weight, bias) or _trailing_dims(x, shape)
         if reason:
             return reason
         return Plan(args=(x, list(shape), weight, bias, full["eps"]))
@@ -96,7 +138,7 @@ def layer_norm_prepare(dtypes: tuple[str, ...], has_backward: bool) -> Prepare:
 def rms_norm_prepare(dtypes: tuple[str, ...], has_backward: bool) -> Prepare:
     def prepare(full: dict) -> Plan | str:
         x, shape, weight, eps = full["input"], full["normalized_shape"], full["weight"], full["eps"]
-        reason = unsupported_input(x, dtypes, has_backward, True, weight) or _last_dim_only(x, shape)
+        reason = unsupported_input(x, dtypes, has_backward, True, weight) or _trailing_dims(x, shape)
         if reason:
             return reason
         eps = torch.finfo(x.dtype).eps if eps is None else eps  # F.rms_norm's default
@@ -161,19 +203,23 @@ class ReferenceOp:
     overload: str  # what is overridden: "aten::_softmax"
     profile_names: tuple[str, ...]  # profiler names whose device time is this op's
     prepare_factory: Callable[[tuple[str, ...], bool], Prepare]
+    row_shape: RowShape | None = None  # for the registry's shape classes (KernelSpec.loses)
 
 
 REFERENCE_OPS: dict[str, ReferenceOp] = {
-    "softmax": ReferenceOp("aten::_softmax", ("aten::softmax", "aten::_softmax"), softmax_prepare),
+    "softmax": ReferenceOp("aten::_softmax", ("aten::softmax", "aten::_softmax"), softmax_prepare,
+                           softmax_rows),
     "log_softmax": ReferenceOp("aten::_log_softmax", ("aten::log_softmax", "aten::_log_softmax"),
-                               softmax_prepare),
+                               softmax_prepare, softmax_rows),
     "layer_norm": ReferenceOp("aten::layer_norm", ("aten::layer_norm", "aten::native_layer_norm"),
-                              layer_norm_prepare),
-    "rms_norm": ReferenceOp("aten::rms_norm", ("aten::rms_norm", "aten::_fused_rms_norm"), rms_norm_prepare),
+                              layer_norm_prepare, norm_rows),
+    "rms_norm": ReferenceOp("aten::rms_norm", ("aten::rms_norm", "aten::_fused_rms_norm"), rms_norm_prepare,
+                            norm_rows),
     "gelu": ReferenceOp("aten::gelu", ("aten::gelu",), gelu_prepare),
     "silu": ReferenceOp("aten::silu", ("aten::silu",), silu_prepare),
     "matmul": ReferenceOp("aten::mm", ("aten::mm",), matmul_prepare),
-    "cross_entropy": ReferenceOp("aten::cross_entropy_loss", ("aten::cross_entropy_loss",), cross_entropy_prepare),
+    "cross_entropy": ReferenceOp("aten::cross_entropy_loss", ("aten::cross_entropy_loss",), cross_entropy_prepare,
+                                 cross_entropy_rows),
 }
 
 # Names a registry entry may use in `replaces_aten` -> the family it belongs to.

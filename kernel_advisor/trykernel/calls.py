@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from kernel_advisor.trykernel.gate import check_call_output, uninitialized_memory_poisoned
+from reference_kernels.registry import EAGER_ROUTE
 
 MAX_FAILURES_KEPT = 5
 
@@ -39,6 +40,11 @@ class CallLog:
 
     def fallback(self, reason: str) -> None:
         self.fallback_reasons[reason] += 1
+
+    @property
+    def eager_routes(self) -> Counter:
+        """The fallbacks the registry chose: shape classes the kernel loses (or cannot take)."""
+        return Counter({r: n for r, n in self.fallback_reasons.items() if r.startswith(EAGER_ROUTE)})
 
     def fail(self, reason: str) -> None:
         if len(self.failures) < MAX_FAILURES_KEPT:

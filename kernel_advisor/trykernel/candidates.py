@@ -15,7 +15,7 @@ import torch
 
 from kernel_advisor.collect.loader import import_model_file
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
-from kernel_advisor.trykernel.adapters import ATEN_FAMILIES, ATEN_PATTERNS, REFERENCE_OPS
+from kernel_advisor.trykernel.adapters import ATEN_FAMILIES, ATEN_PATTERNS, REFERENCE_OPS, Route
 from kernel_advisor.trykernel.calls import CallLog
 from kernel_advisor.trykernel.patterns import PATTERN_NAMES, PatternMatch
 from kernel_advisor.trykernel.substitute_aten import (AtenAdapter, override_aten, reference_adapter, resolve_op,
@@ -40,6 +40,7 @@ class Candidate:
     tolerance: Tolerance
     invalid: str = ""  # set: FAILED before running (e.g. a signature that cannot take the op's arguments)
     undetectable: tuple[str, ...] = ()  # registry patterns try-kernel has no detector for
+    route: Route | None = None  # KernelSpec.eager_route: the shape classes left to eager
 
     @property
     def profile_names(self) -> tuple[str, ...]:
@@ -88,7 +89,7 @@ def from_spec(spec: KernelSpec, matches: Sequence[PatternMatch]) -> Candidate:
     """A registry kernel with its adapters and this model's matches of its patterns."""
     adapters = []
     for name in aten_names(spec):
-        adapter = reference_adapter(name, spec.dtypes, spec.has_backward)
+        adapter = reference_adapter(name, spec.dtypes, spec.has_backward, spec.eager_route)
         if adapter is None:
             raise UserInputError(f"kernel {spec.id} replaces {name}, which try-kernel has no adapter for",
                                  f"supported ops: {', '.join(sorted(ATEN_FAMILIES))}")
@@ -103,7 +104,7 @@ def from_spec(spec: KernelSpec, matches: Sequence[PatternMatch]) -> Candidate:
     return Candidate(id=spec.id, title=spec.title, origin="reference", backend=spec.capability.backend, fn=fn,
                      aten=tuple(dict((a.name, a) for a in adapters).values()), patterns=own,
                      dtypes=spec.dtypes, has_backward=spec.has_backward, tolerance=spec_tolerance(spec),
-                     undetectable=unknown)
+                     undetectable=unknown, route=spec.eager_route)
 
 
 def from_impl(impl: str, op_text: str) -> Candidate:
@@ -168,7 +169,7 @@ def installed(cands: Sequence[Candidate], logs: dict[str, CallLog], device_type:
         for c in cands:
             for adapter in c.aten:
                 stack.enter_context(override_aten(adapter, c.fn, device_type, logs[c.id], check, c.tolerance))
-        swaps = [ModuleSwap(m, c.fn, logs[c.id], c.dtypes, c.has_backward, c.tolerance, marker)
+        swaps = [ModuleSwap(m, c.fn, logs[c.id], c.dtypes, c.has_backward, c.tolerance, marker, route=c.route)
                  for c in cands for m in c.patterns]
         stack.enter_context(swap_modules(swaps, check))
         yield

@@ -83,7 +83,7 @@ def compile_problem(c: Candidate) -> str:
 def installer(cands: Sequence[Candidate]) -> Callable[[], ContextManager]:
     """A zero-argument context factory installing `cands` as Dynamo traces them; the swapped
     forwards and the function mode are built here, once, and reused by every activation."""
-    swaps = [ModuleSwap(m, c.fn, CallLog(c.id), c.dtypes, c.has_backward, c.tolerance, traced=True)
+    swaps = [ModuleSwap(m, c.fn, CallLog(c.id), c.dtypes, c.has_backward, c.tolerance, traced=True, route=c.route)
              for c in cands for m in c.patterns]
     forwards = build_forwards(swaps, check=False)
     routes = [r for c in cands for a in c.aten for r in routes_for(a.name, a.prepare, c.fn, c.has_backward)]

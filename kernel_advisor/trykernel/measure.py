@@ -215,7 +215,7 @@ def _result(name: str, kind: str, gate: GateSummary, times: dict, peaks: dict, l
                          verdict=verdict(speed) if speed else "", op=op, peak_memory_bytes=peaks.get(name),
                          prediction=prediction, suspect=_suspect(speed, op), compile_s=compile_s,
                          member_calls=tuple((k, log.candidate_calls) for k, log in state.logs.items()) if state
-                         else ())
+                         else (), **_eager_routes(state))
 
 
 def _call_counts(state: GateState | None) -> tuple[int, int, tuple[str, ...]]:
@@ -224,6 +224,12 @@ def _call_counts(state: GateState | None) -> tuple[int, int, tuple[str, ...]]:
     logs = state.logs.values()
     reasons = tuple(f"{r} (×{n})" for log in logs for r, n in log.fallback_reasons.most_common())
     return sum(log.candidate_calls for log in logs), sum(log.fallback_calls for log in logs), reasons
+
+
+def _eager_routes(state: GateState | None) -> dict:
+    """VariantResult's eager_routed_calls and eager_routes: the registry's fallbacks."""
+    routes = [(r, n) for log in (state.logs.values() if state else ()) for r, n in log.eager_routes.most_common()]
+    return {"eager_routed_calls": sum(n for _, n in routes), "eager_routes": tuple(f"{r} (×{n})" for r, n in routes)}
 
 
 def _suspect(speed: Estimate | None, op: OpTiming | None) -> str:

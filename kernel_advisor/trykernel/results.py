@@ -69,6 +69,11 @@ class VariantResult:
     # rest of the model is compiled), and its verdict
     speedup_vs_compile: Estimate | None = None
     verdict_vs_compile: str = ""
+    # Calls the registry sent to eager because the kernel is measured to lose on their shape
+    # class (KernelSpec.loses) or cannot take it; each reason names the class, the figure and
+    # its source, with its count. Also counted in fallback_calls / fallback_reasons.
+    eager_routed_calls: int = 0
+    eager_routes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
-from kernel_advisor.trykernel.adapters import Plan, Prepare, aten_convention, reference_op
+from kernel_advisor.trykernel.adapters import Plan, Prepare, Route, aten_convention, reference_op, routed
 from kernel_advisor.trykernel.calls import CallLog, invoke, reentrant
 
 
@@ -190,10 +190,12 @@ def _original_kernel(adapter: AtenAdapter, key: str) -> Callable:
     return lambda keyset, *a, **k: decomp(*a, **k)
 
 
-def reference_adapter(aten_name: str, dtypes: tuple[str, ...], has_backward: bool) -> AtenAdapter | None:
-    """The adapter for a registry kernel's `replaces_aten` entry; None if try-kernel has none."""
+def reference_adapter(aten_name: str, dtypes: tuple[str, ...], has_backward: bool,
+                      route: Route | None = None) -> AtenAdapter | None:
+    """The adapter for a registry kernel's `replaces_aten` entry; None if try-kernel has none.
+    `route` (KernelSpec.eager_route) sends the shape classes the kernel loses to eager."""
     ref = reference_op(aten_name)
     if ref is None:
         return None
-    return AtenAdapter(op=resolve_op(ref.overload), prepare=ref.prepare_factory(dtypes, has_backward),
-                       profile_names=ref.profile_names)
+    prepare = routed(ref.prepare_factory(dtypes, has_backward), ref.row_shape, route)
+    return AtenAdapter(op=resolve_op(ref.overload), prepare=prepare, profile_names=ref.profile_names)

@@ -29,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.profiler import record_function
 
-from kernel_advisor.trykernel.adapters import unsupported_input
+from kernel_advisor.trykernel.adapters import Route, row_shape_of, unsupported_input
 from kernel_advisor.trykernel.calls import CallLog, invoke, reentrant
 from kernel_advisor.trykernel.patterns import (PatternMatch, ResidualNormMatch, RMSNormMatch, SwiGLUMatch,
                                                trace_one_level)
@@ -47,6 +47,15 @@ class ModuleSwap:
     tolerance: Tolerance
     marker: bool = False
     traced: bool = False  # called from code torch.compile traces: support check and call only
+    route: Route | None = None  # KernelSpec.eager_route: the shape classes left to eager
+
+    def unsupported(self, x: torch.Tensor, *others: torch.Tensor | None) -> str:
+        """Why this norm call stays with PyTorch: an input the kernel does not take, or a
+        (rows, last dim) the registry says it loses on."""
+        reason = unsupported_input(x, self.dtypes, self.has_backward, True, *others)
+        if reason or self.route is None:
+            return reason
+        return self.route(*row_shape_of(x, x.shape[-1]))
 
 
 def marker_name(pattern: str) -> str:
@@ -133,7 +142,7 @@ def _rmsnorm_forward(swap: ModuleSwap, original: Callable, check: bool) -> Calla
     match = swap.match
 
     def traced_forward(x, *args, **kwargs):
-        if args or kwargs or unsupported_input(x, swap.dtypes, swap.has_backward, True, match.weight):
+        if args or kwargs or swap.unsupported(x, match.weight):
             return original(x, *args, **kwargs)
         eps = torch.finfo(x.dtype).eps if match.eps is None else match.eps
         return swap.fn(x, [x.shape[-1]], match.weight, eps)
@@ -144,7 +153,7 @@ def _rmsnorm_forward(swap: ModuleSwap, original: Callable, check: bool) -> Calla
         with _marker(swap):
             if swap.fn is None:
                 return original(x)
-            reason = unsupported_input(x, swap.dtypes, swap.has_backward, True, match.weight)
+            reason = swap.unsupported(x, match.weight)
             if reason:
                 swap.log.fallback(reason)
                 return original(x)
@@ -221,8 +230,7 @@ class _ResidualNorm(nn.Module):
 
     def _unsupported(self, x, residual) -> str:
         match = self.swap.match
-        reason = unsupported_input(x, self.swap.dtypes, self.swap.has_backward, True, residual, match.weight,
-                                   match.bias)
+        reason = self.swap.unsupported(x, residual, match.weight, match.bias)
         if not reason and (not isinstance(residual, torch.Tensor) or x.shape != residual.shape):
             reason = "the two summands differ in shape (broadcasting add)"
         return reason

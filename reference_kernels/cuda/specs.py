@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from reference_kernels.registry import DEFAULT_TOLERANCES, Capability, KernelSpec
+from reference_kernels.registry import DEFAULT_TOLERANCES, Capability, KernelSpec, ShapeClass
 
 _PKG = "reference_kernels.cuda"
 _CUDA = Capability(backend="cuda", needs_gpu=True, min_compute_capability=(7, 0))
@@ -30,7 +30,16 @@ _BIAS_ACT_NOTE = (
     "the GEMM (addmm), so a linear followed by the activation gains nothing from it.")
 
 
+# The row kernels index rows and columns with 32-bit ints (binding.cpp's TORCH_CHECKs): such
+# calls go to eager instead of raising.
+_INT32_MAX = 2**31 - 1
+_ROW_LIMITS = (ShapeClass("more than 2^31 - 1 rows", min_rows=_INT32_MAX + 1),
+               ShapeClass("rows of more than 2^31 - 1 elements", min_cols=_INT32_MAX + 1))
+
+
 def _spec(name: str, title: str, module: str, **kw) -> KernelSpec:
+    if module in ("softmax", "norms"):
+        kw.setdefault("refuses", _ROW_LIMITS)
     return KernelSpec(id=f"cuda.{name}", title=title, capability=_CUDA,
                       loader=f"{_PKG}.{module}:{name}", reference=f"{_PKG}.reference:{name}",
                       dtypes=_DTYPES, **kw)
