@@ -119,10 +119,12 @@ _GRADCHECK_ROWS: Shape = (2, 5)  # the full Jacobian costs 2 launches per input 
 
 # Longer than one block: softmax loops above 32768 columns, cross-entropy above 8192.
 _SOFTMAX_SHAPES = {"cpu": _ROWS_CPU + ((3, 40009),), "cuda": _ROWS_CUDA + ((16, 100003),)}
-# Norms keep a whole row in registers (up to 65536): the widest cases sit near that limit.
+# Norms keep a whole row in registers up to 65536 (8x65521 sits near that limit); longer rows
+# are split over programs (4x100003 on the GPU; 16x100003 softmax takes the few-rows split).
 # No 1-wide rows: they normalise to +-1 and their input gradient is pure cancellation
 # (~1e-7 absolute error on a ~1e-7 value in any float32 implementation, torch's included).
-_NORM_SHAPES = {"cpu": _ROWS_CPU[1:] + ((2, 9001),), "cuda": _ROWS_CUDA[1:] + ((8, 65521),)}
+_NORM_SHAPES = {"cpu": _ROWS_CPU[1:] + ((2, 9001),),
+                "cuda": _ROWS_CUDA[1:] + ((8, 65521), (4, 100003))}
 _FLAT_SHAPES = {"cpu": _FLAT_CPU, "cuda": _FLAT_CUDA}
 _CE_SHAPES = {"cpu": _ROWS_CPU + ((3, 20011),), "cuda": _ROWS_CUDA + ((64, 128256), (7, 200003))}
 _MATMUL_SHAPES = {  # (M, K, N)
