@@ -43,3 +43,16 @@ def _isolated_advisor_home(tmp_path_factory, monkeypatch):
     # Hand-worked gains are the gain model's own; the fitted scales are tested on their own
     # (tests/test_recommend_calibration.py), so a refit never moves other tests' numbers.
     monkeypatch.setenv("ADVISOR_GAIN_CALIBRATION", "off")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compile_caches_in_tmp(tmp_path_factory):
+    """torch.compile's and Triton's caches go under this session's tmp dir, not /tmp/torchinductor_<user>
+    or ~/.triton. A cache the user points at on purpose is kept.
+
+    NB: inductor's precompiled C++ headers still go to <system tmp>/torchinductor_<user>: torch fixes
+    that path when torch._inductor.codecache is imported, from tempfile.gettempdir(), not the setting.
+    """
+    base = tmp_path_factory.mktemp("compile-caches")
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        os.environ.setdefault(name, str(base / name.lower()))
