@@ -227,6 +227,20 @@ def test_zero_time_ops_are_kept_on_cpu():
     assert [g.pattern for g in cpu] == ["elementwise-chain"] and gpu == ()
 
 
+def test_a_cast_modelled_at_zero_bytes_is_not_a_link_on_cpu():
+    # add → to(float32 → float32, an alias: 0 bytes in ops.csv) → relu over [8, 32] fp32 (1024 B):
+    # one intermediate, written once and read once: 2 × 1024 B a step (4096 B through the cast)
+    steps = [("aten::add", 0, [[8, 32], [8, 32]], [F32, F32], 1e-5),
+             ("aten::to", 1, [[8, 32], [], [], [], []], [F32, "", "", "", ""], 1e-6),
+             ("aten::relu", 2, [[8, 32]], [F32], 1e-5)]
+    seq = sequence_from(steps)
+    table = pd.DataFrame({"row_id": [0, 1, 2], "name": ["aten::add", "aten::to", "aten::relu"],
+                          "kind": ["op"] * 3, "modelled": [True] * 3,
+                          "bytes_per_call": [3072.0, 0.0, 2048.0], "flops_per_call": [256.0, 0.0, 256.0]})
+    (chain,) = by_name(detect_patterns(seq, table, ctx(device_type="cpu")), "elementwise-chain")
+    assert chain.row_ids == (0, 2) and chain.intermediate_bytes == 2 * (2 * 1024)  # 2 steps
+
+
 # ---------------------------------------------------------------- shape helpers
 
 

@@ -99,8 +99,9 @@ class Instance:
     variant: str = ""
 
 
-def _stream(sequence: pd.DataFrame, device_type: str) -> dict[int, list[Occ]]:
-    """Per step, the occurrences that moved data, in execution order."""
+def _stream(sequence: pd.DataFrame, device_type: str, no_data_rows: frozenset[int] = frozenset()) -> dict[int, list[Occ]]:
+    """Per step, the occurrences that moved data, in execution order (`no_data_rows`: ops.csv
+    rows modelled at 0 bytes, such as a cast to the dtype a tensor already has)."""
     steps: dict[int, list[Occ]] = defaultdict(list)
     if not len(sequence):
         return steps
@@ -108,7 +109,7 @@ def _stream(sequence: pd.DataFrame, device_type: str) -> dict[int, list[Occ]]:
     records: dict[int, tuple[str, str]] = {}  # row id -> (shapes, dtypes): a row has one of each
     for r in ordered.itertuples(index=False):
         name, time_s, row_id = str(r.name), float(r.device_time_per_call_s or 0.0), int(r.row_id)
-        if is_aten(name) and _moves_no_data(base_name(name)):
+        if (is_aten(name) and _moves_no_data(base_name(name))) or row_id in no_data_rows:
             continue
         if device_type != "cpu" and time_s <= 0.0:
             continue  # launched nothing on the device: a view, a no-op cast, CPU-side work
@@ -122,6 +123,17 @@ def _stream(sequence: pd.DataFrame, device_type: str) -> dict[int, list[Occ]]:
                                       text_value(getattr(r, "backward_of", "")), node,
                                       flag_value(getattr(r, "autograd_internal", False))))
     return steps
+
+
+def _rows_moving_no_data(ops: pd.DataFrame) -> frozenset[int]:
+    """aten rows the cost model prices at 0 bytes and 0 FLOPs: an alias handed on (a no-op
+    `to`, `contiguous` of a contiguous tensor). On a GPU they launch nothing and have no device
+    time; on CPU they take a little, and as links they would count their tensor twice."""
+    if not len(ops) or "bytes_per_call" not in ops:
+        return frozenset()
+    free = ops["name"].astype(str).str.startswith("aten::") & ops["modelled"].astype(bool) \
+        & (ops["bytes_per_call"] == 0) & (ops["flops_per_call"] == 0)
+    return frozenset(ops.loc[free, "row_id"].astype(int))
 
 
 def _moves_no_data(op: str) -> bool:
@@ -328,7 +340,7 @@ def detect_instances(sequence: pd.DataFrame, ops: pd.DataFrame, ctx: RunContext)
     kinds = dict(zip(ops["row_id"].astype(int), ops["kind"].astype(str))) if len(ops) else {}
     out: list[Instance] = []
     detectors = _detectors(kinds)
-    for step_ops in _stream(sequence, ctx.device_type).values():
+    for step_ops in _stream(sequence, ctx.device_type, _rows_moving_no_data(ops)).values():
         for run in user_segments(step_ops):
             for detect in detectors:
                 out.extend(detect(run))
