@@ -14,6 +14,7 @@ from kernel_advisor.measure.outcome import Outcome
 from kernel_advisor.recommend.engine import Finding
 from kernel_advisor.recommend.report import Report
 from kernel_advisor.render.recommend_render import json_safe
+from kernel_advisor.render.units import fmt_ratio
 
 
 def add_measurement(doc: dict[str, Any], report: Report, m: AdviceMeasurement) -> dict[str, Any]:
@@ -60,7 +61,7 @@ def speedup_text(o: Outcome | None) -> str:
     if o is None or o.speedup is None:
         return "—"
     s = o.speedup
-    return f"{s.value:.2f}× [{s.low:.2f}–{s.high:.2f}]"
+    return fmt_ratio(s.value, s.low, s.high)
 
 
 def result_text(o: Outcome | None) -> str:

@@ -15,7 +15,7 @@ from kernel_advisor.records.recommendations import Measured, RecommendationEntry
 from kernel_advisor.collect.step_time import step_time_of
 from kernel_advisor.render.report_sections import fmt_field, kv_table, missing, num_cell
 from kernel_advisor.render.report_template import Html, h, join
-from kernel_advisor.render.units import fmt_frac_pct, fmt_si, fmt_time_s
+from kernel_advisor.render.units import fmt_frac_pct, fmt_ratio, fmt_si, fmt_time_s
 
 CARDS_SHOWN = 10  # the rest are folded: a long tail of small wins should not bury the top ones
 _GOOD_STATUS = ("ok", "pass", "passed", "success", "faster", "correct", "baseline")
@@ -45,7 +45,7 @@ def _measured_text(m: Measured | None) -> str | None:
         return f"measured: {m.status} — {m.reason}"
     s = m.speedup
     gain = f", {fmt_frac_pct(m.gain_frac, 1)} of the step" if m.gain_frac is not None else ""
-    return f"measured {s['value']:.2f}× [{s['low']:.2f}–{s['high']:.2f}] ({m.verdict}{gain})"
+    return f"measured {fmt_ratio(s['value'], s['low'], s['high'])} ({m.verdict}{gain})"
 
 
 def _thresholds(checks: Any) -> Html | None:

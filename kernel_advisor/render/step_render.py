@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from kernel_advisor.collect.step_time import Ratio, StepTime
-from kernel_advisor.render.units import fmt_time_s
+from kernel_advisor.render.units import fmt_ratio, fmt_time_s
 
 
 def interval_text(step: StepTime) -> str:
@@ -32,6 +32,4 @@ def overhead_text(ratio: Ratio | None) -> str:
     """"1.08× [1.02–1.15]"; "–" when the run timed no unprofiled steps."""
     if ratio is None:
         return "–"
-    if ratio.low is None or ratio.high is None:
-        return f"{ratio.value:.2f}×"
-    return f"{ratio.value:.2f}× [{ratio.low:.2f}–{ratio.high:.2f}]"
+    return fmt_ratio(ratio.value, ratio.low, ratio.high)

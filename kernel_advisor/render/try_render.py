@@ -6,7 +6,7 @@ import math
 from rich.table import Table
 from rich.text import Text
 
-from kernel_advisor.render.units import fmt_si, fmt_time_s
+from kernel_advisor.render.units import fmt_ratio, fmt_si, fmt_time_s
 from kernel_advisor.trykernel.results import TryReport, VariantResult
 from kernel_advisor.trykernel.timing import Estimate
 from reference_kernels.registry import EAGER_ROUTE
@@ -99,7 +99,7 @@ def _speedup(v: VariantResult) -> Text:
     e: Estimate | None = v.speedup
     if e is None:
         return Text("–")
-    text = Text(f"{_x(e.value)} [{e.low:.2f}, {e.high:.2f}]\n")
+    text = Text(f"{fmt_ratio(e.value, e.low, e.high, sep=', ')}\n")
     text.append(v.verdict, style=VERDICT_STYLE.get(v.verdict, ""))
     if v.suspect:
         text.append(" (suspect)", style="bold yellow")

@@ -39,3 +39,21 @@ def fmt_frac_pct(frac, digits: int = 0) -> str:
 
 def shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def fmt_ratio(value: float, low: float | None = None, high: float | None = None, sep: str = "–") -> str:
+    """"1.08× [1.02–1.15]". Each figure gets as many decimals (2 to 4) as keep it on its own side
+    of 1: an interval that ends at 0.9951 is printed 0.995, never 1.00, lest it read as
+    "no difference" beside a verdict of "slower"."""
+    text = f"{_beside_one(value)}×"
+    if low is None or high is None:
+        return text
+    return f"{text} [{_beside_one(low)}{sep}{_beside_one(high)}]"
+
+
+def _beside_one(x: float) -> str:
+    for digits in (2, 3, 4):
+        shown = round(x, digits)
+        if (shown > 1) == (x > 1) and (shown < 1) == (x < 1):
+            break
+    return f"{x:.{digits}f}"
