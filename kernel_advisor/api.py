@@ -101,24 +101,29 @@ class Run:
 
 def profile(model: Any, inputs: Inputs, *, device: str = "auto", dtype: str = "keep", mode: str = "inference",
             steps: int = 5, warmup: int = 3, out: str | Path | None = None, loss_fn: Callable | None = None,
-            seed: int = 0, autocast: str | None = None, progress: Progress | None = None) -> Run:
+            seed: int = 0, autocast: str | None = None, progress: Progress | None = None,
+            with_stack: bool = False) -> Run:
     """Profile an in-memory model. `inputs`: a list of tensors, or a function drawing a fresh list.
 
     `autocast` ("bfloat16" or "float16") runs every step under torch.autocast with the model left
     in float32, as `advisor profile --autocast`: for models that make float32 tensors in forward.
+    `with_stack` records Python call stacks in the trace, as `--with-stack` (more overhead).
     """
     loaded = loaded_from_module(model, inputs, device=device, dtype=dtype, loss_fn=loss_fn, seed=seed,
                                 autocast=autocast)
-    return _profile_loaded(loaded, type(model).__name__, dtype, mode, steps, warmup, out, seed, progress)
+    return _profile_loaded(loaded, type(model).__name__, dtype, mode, steps, warmup, out, seed, progress,
+                           with_stack=with_stack)
 
 
 def profile_file(path: str | Path, *, entry: str | None = None, device: str = "auto", dtype: str = "keep",
                  mode: str = "inference", steps: int = 5, warmup: int = 3, out: str | Path | None = None,
-                 seed: int = 0, autocast: str | None = None, progress: Progress | None = None) -> Run:
+                 seed: int = 0, autocast: str | None = None, progress: Progress | None = None,
+                 with_stack: bool = False) -> Run:
     """Profile a model file (KernelBench convention, or `entry` returning (model, inputs))."""
     with mirror_user_nvtx():  # @nvtx.annotate decorators are applied when the file is imported
         loaded = load_model(path, entry=entry, device=device, dtype=dtype, seed=seed, autocast=autocast)
-    return _profile_loaded(loaded, loaded.path.stem, dtype, mode, steps, warmup, out, seed, progress, entry)
+    return _profile_loaded(loaded, loaded.path.stem, dtype, mode, steps, warmup, out, seed, progress, entry,
+                           with_stack)
 
 
 def import_trace(path: str | Path, *, mode: str = "inference", out: str | Path | None = None,
@@ -141,13 +146,14 @@ def load(run_dir: str | Path) -> Run:
 
 
 def _profile_loaded(loaded: LoadedModel, stem: str, dtype: str, mode: str, steps: int, warmup: int,
-                    out, seed: int, progress: Progress | None, entry: str | None = None) -> Run:
+                    out, seed: int, progress: Progress | None, entry: str | None = None,
+                    with_stack: bool = False) -> Run:
     from kernel_advisor.collect.profiler import validate_counts
 
     validate_counts(warmup, steps)
     run_dir = Path(out) if out is not None else default_run_dir(stem)
     args = {"device": loaded.device.type, "mode": mode, "dtype": dtype, "autocast": _autocast_name(loaded),
-            "warmup": warmup, "steps": steps, "seed": seed, "entry": entry}
+            "warmup": warmup, "steps": steps, "seed": seed, "entry": entry, "with_stack": with_stack}
     run_dir, _ = profile_to_run(loaded, args, run_dir, progress)
     run = load(run_dir)
     run._loaded = loaded  # measuring and trying kernels reuse it; `load()` re-loads from the file instead

@@ -49,7 +49,8 @@ def profile_to_run(loaded: LoadedModel, args: dict, out_dir: Path,
     """Profile, attribute, analyze and write a run; returns (run dir, run.json contents)."""
     check_writable_target(out_dir)  # before minutes of profiling, not after
     with tempfile.TemporaryDirectory(prefix="advisor-") as work:
-        cap = capture(loaded, args["mode"], args["warmup"], args["steps"], Path(work), progress)
+        cap = capture(loaded, args["mode"], args["warmup"], args["steps"], Path(work), progress,
+                      with_stack=bool(args.get("with_stack")))
         run = analyze_capture(loaded, args, cap)
         if run.attr.ops.empty:  # an empty table would read as "0 s, 100 % modelled", and become latest
             raise no_operator_error(loaded, args["mode"])

@@ -34,11 +34,12 @@ def profile_cmd(
     nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", help="Ranks to launch through torch.distributed.run (one GPU each, NCCL; gloo on CPU). Train mode wraps the model in DDP unless the file defines wrap_distributed(model).")] = 1,
     fsdp: Annotated[bool, typer.Option("--fsdp", help="With --nproc-per-node > 1 in train mode: shard with FSDP2 instead of DDP.")] = False,
     region: Annotated[Optional[str], typer.Option(help="Show only ops inside this NVTX / record_function region (name or glob); the run keeps everything.")] = None,
+    with_stack: Annotated[bool, typer.Option("--with-stack", help="Record Python call stacks in the trace (Perfetto, HTA); raises the profiler overhead.")] = False,
 ) -> None:
     """Profile MODEL on the device, attribute device time to ops, classify each hotspot on the roofline."""
     validate_counts(warmup, steps)
     if nproc_per_node != 1 or fsdp:
-        _check_distributed_options(nproc_per_node, fsdp, mode, autocast_name(autocast))
+        _check_distributed_options(nproc_per_node, fsdp, mode, autocast_name(autocast), with_stack)
         from kernel_advisor.distributed.launch import DistributedRequest
 
         request = DistributedRequest(model=model, entry=entry, device=device.value, mode=mode.value,
@@ -58,7 +59,8 @@ def profile_cmd(
                             autocast=autocast_name(autocast))
     run_dir = out if out is not None else default_run_dir(loaded.path.stem)
     args = {"device": loaded.device.type, "mode": mode.value, "dtype": dtype.value,
-            "autocast": autocast_name(autocast), "warmup": warmup, "steps": steps, "seed": seed, "entry": entry}
+            "autocast": autocast_name(autocast), "warmup": warmup, "steps": steps, "seed": seed, "entry": entry,
+            "with_stack": with_stack}
     progress, report = console.step_progress(enabled=not json_out)
     with progress:
         run_dir, meta = profile_to_run(loaded, args, run_dir, report)
@@ -78,7 +80,11 @@ def profile_cmd(
         console.warn(line)
 
 
-def _check_distributed_options(nproc_per_node: int, fsdp: bool, mode: Mode, autocast: Optional[str]) -> None:
+def _check_distributed_options(nproc_per_node: int, fsdp: bool, mode: Mode, autocast: Optional[str],
+                               with_stack: bool = False) -> None:
+    if with_stack:
+        raise UserInputError("--with-stack is not supported with --nproc-per-node or --fsdp yet",
+                             "profile one process with --with-stack")
     if autocast is not None:
         raise UserInputError("--autocast is not supported with --nproc-per-node or --fsdp yet",
                              "profile one process with --autocast, or cast with --dtype")

@@ -43,7 +43,11 @@ class Capture:
 
 
 def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Path,
-            progress: Progress | None = None) -> Capture:
+            progress: Progress | None = None, with_stack: bool = False) -> Capture:
+    """Warm up, time `steps` unprofiled steps (until steady), then profile `steps` more.
+
+    `with_stack` records Python call stacks in the trace (for Perfetto / HTA): off unless
+    asked for, since it costs host time on every op and so raises the profiler overhead."""
     validate_counts(warmup, steps)
     step = make_step(loaded, mode)
     report = progress or (lambda phase, done, total: None)
@@ -56,7 +60,7 @@ def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Pa
                                                drifting=_drifting_on_any_rank(loaded.device))
         if loaded.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(loaded.device)
-        profiled = _profiled_steps(step, steps, sync, trace_path, loaded.device, report)
+        profiled = _profiled_steps(step, steps, sync, trace_path, loaded.device, report, with_stack)
     if not trace_path.is_file():
         raise RuntimeError("torch.profiler produced no trace")
     ratio = statistics.median(profiled) / max(statistics.median(unprofiled), 1e-12)
@@ -139,17 +143,18 @@ def _one_timed(step, sync) -> float:
 
 
 def _profiled_steps(step, steps: int, sync, trace_path: Path, dev: torch.device,
-                    report: Progress) -> list[float]:
+                    report: Progress, with_stack: bool = False) -> list[float]:
     activities = [ProfilerActivity.CPU]
     if dev.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
     # The trace is exported from on_trace_ready: the profiler drops its events when the cycle ends.
     # That is also what torch warns about on every run; we export the one cycle we need, so the
     # warning is filtered with kineto's start/stop lines (collect/profiler_output.py).
-    return _record(step, steps, sync, trace_path, activities, report)
+    return _record(step, steps, sync, trace_path, activities, report, with_stack)
 
 
-def _record(step, steps: int, sync, trace_path: Path, activities: list, report: Progress) -> list[float]:
+def _record(step, steps: int, sync, trace_path: Path, activities: list, report: Progress,
+            with_stack: bool = False) -> list[float]:
     walls: list[float] = []
     abandoned = False  # the steps raised (Ctrl-C, the model's error): their trace is thrown away
 
@@ -162,7 +167,7 @@ def _record(step, steps: int, sync, trace_path: Path, activities: list, report: 
     # Ctrl-C waits while the profiler starts, steps, stops and exports (collect/interrupts.py):
     # a KeyboardInterrupt raised inside kineto's stop or the export has crashed the process
     # with SIGSEGV on models with many ops. The model's own steps stay interruptible.
-    with _Uninterrupted(quietly(profile(activities=activities, record_shapes=True,
+    with _Uninterrupted(quietly(profile(activities=activities, record_shapes=True, with_stack=with_stack,
                                         schedule=schedule(wait=0, warmup=1, active=steps),
                                         on_trace_ready=export))) as prof:
         try:
