@@ -46,6 +46,17 @@ def _isolated_advisor_home(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _session_advisor_home(tmp_path_factory):
+    """As _isolated_advisor_home, for module- and session-scoped fixtures, which run before it."""
+    home = tmp_path_factory.mktemp("session-advisor-home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ADVISOR_HOME", str(home / ".advisor"))
+        mp.setenv("ADVISOR_CACHE_DIR", str(home / "cache"))
+        mp.setenv("ADVISOR_GAIN_CALIBRATION", "off")
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _compile_caches_in_tmp(tmp_path_factory):
     """torch.compile's and Triton's caches go under this session's tmp dir, not /tmp/torchinductor_<user>
     or ~/.triton. A cache the user points at on purpose is kept.
