@@ -7,7 +7,7 @@ if [ "$#" -gt 0 ]; then
     "$PY" -m pytest -q "$@"
     rc=$?
 else
-    # The default suite, then the tests marked slow (the whole suite: ~10 min on 2 cores).
+    # The default suite, then the tests marked slow (the whole suite: ~7.5 min on 2 cores).
     "$PY" -m pytest -q
     rc=$?
     "$PY" -m pytest -q -m slow
