@@ -24,6 +24,7 @@ from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
 from kernel_advisor.pipeline import import_to_run, profile_to_run
 from kernel_advisor.collect.rundir import default_run_dir, load_run, write_json_atomic
 from kernel_advisor.collect.step_time import StepTime, step_time_of
+from kernel_advisor.errors import UserInputError
 from kernel_advisor.measure.advice import AdviceMeasurement, measure_report
 from kernel_advisor.measure.from_run import load_run_model
 from kernel_advisor.measure.session import MeasureOptions
@@ -134,7 +135,11 @@ def import_trace(path: str | Path, *, mode: str = "inference", out: str | Path |
     or the last marked steps to keep.
     """
     trace = Path(path)
-    run_dir = Path(out) if out is not None else default_run_dir(trace.name.split(".")[0])
+    if not trace.is_file():
+        raise UserInputError(f"trace {trace} does not exist", "pass the .json or .json.gz that torch.profiler wrote")
+    if steps is not None and steps < 1:
+        raise UserInputError(f"--steps must be at least 1 (got {steps})", "pass the steps the trace covers, e.g. --steps 5")
+    run_dir = Path(out) if out is not None else default_run_dir(trace.name.split(".")[0] or "trace")
     run_dir, _ = import_to_run(trace, {"mode": mode, "source_trace": str(trace), "steps": steps}, run_dir)
     return load(run_dir)
 

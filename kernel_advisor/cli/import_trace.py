@@ -9,7 +9,6 @@ import typer
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.cli.options import Mode
-from kernel_advisor.errors import UserInputError
 
 
 @app.command("import")
@@ -25,18 +24,11 @@ def import_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")] = False,
 ) -> None:
     """Build a run from a trace captured elsewhere, without running any model."""
-    from kernel_advisor.collect.rundir import default_run_dir, load_run
-    from kernel_advisor.pipeline import import_to_run
+    from kernel_advisor import api
     from kernel_advisor.render.profile_render import hotspot_table, profile_json, run_warnings, summary_line
 
-    if not trace.is_file():
-        raise UserInputError(f"trace {trace} does not exist", "pass the .json or .json.gz that torch.profiler wrote")
-    if steps is not None and steps < 1:
-        raise UserInputError(f"--steps must be at least 1 (got {steps})", "pass the steps the trace covers, e.g. --steps 5")
-    stem = trace.name.split(".")[0] or "trace"
-    run_dir = out if out is not None else default_run_dir(stem)
-    run_dir, meta = import_to_run(trace, {"mode": mode.value, "source_trace": str(trace), "steps": steps}, run_dir)
-    run = load_run(run_dir)
+    run = api.import_trace(trace, mode=mode.value, out=out, steps=steps)
+    run_dir = run.path
     if json_out:
         console.out.print_json(profile_json(run.meta, run.ops, run_dir, top))
     else:

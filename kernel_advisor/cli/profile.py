@@ -47,32 +47,24 @@ def profile_cmd(
                                      nproc_per_node=nproc_per_node, fsdp=fsdp)
         _profile_distributed(request, out, top, json_out)
         return
+    from kernel_advisor import api
     from kernel_advisor.analyze.regions import region_view
-    from kernel_advisor.collect.loader import load_model
-    from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
-    from kernel_advisor.collect.rundir import default_run_dir, load_run
-    from kernel_advisor.pipeline import profile_to_run
     from kernel_advisor.render.profile_render import hotspot_table, profile_json, region_table, run_warnings, summary_line
 
-    with mirror_user_nvtx():  # @nvtx.annotate decorators are applied when the file is imported
-        loaded = load_model(model, entry=entry, device=device.value, dtype=dtype.value, seed=seed,
-                            autocast=autocast_name(autocast))
-    run_dir = out if out is not None else default_run_dir(loaded.path.stem)
-    args = {"device": loaded.device.type, "mode": mode.value, "dtype": dtype.value,
-            "autocast": autocast_name(autocast), "warmup": warmup, "steps": steps, "seed": seed, "entry": entry,
-            "with_stack": with_stack}
     progress, report = console.step_progress(enabled=not json_out)
     with progress:
-        run_dir, meta = profile_to_run(loaded, args, run_dir, report)
+        run = api.profile_file(model, entry=entry, device=device.value, dtype=dtype.value, mode=mode.value,
+                               steps=steps, warmup=warmup, out=out, seed=seed, autocast=autocast_name(autocast),
+                               progress=report, with_stack=with_stack)
+    run_dir, meta = run.path, run.meta
     for where in meta.get("nonfinite_outputs", []):
         console.warn(f"the model's output has non-finite values: {where}; profiling went on")
-    run = load_run(run_dir)
     shown = region_view(run, region) if region else run
     if json_out:
         console.out.print_json(profile_json(shown.meta, shown.ops, run_dir, top))
     else:
         where = f" in region '{region}'" if region else ""
-        console.out.print(hotspot_table(shown.ops, top, title=f"Top hotspots{where} — {loaded.path.name} on {meta['device']['name']}"))
+        console.out.print(hotspot_table(shown.ops, top, title=f"Top hotspots{where} — {Path(model).name} on {meta['device']['name']}"))
         if not region and (run.sequence["region"] != "").any():
             console.out.print(region_table(run.sequence, run.ops))
         console.out.print(summary_line(run.meta, run_dir))
