@@ -58,12 +58,12 @@ def _session_advisor_home(tmp_path_factory):
 
 @pytest.fixture(scope="session", autouse=True)
 def _compile_caches_in_tmp(tmp_path_factory):
-    """torch.compile's and Triton's caches go under this session's tmp dir, not /tmp/torchinductor_<user>
-    or ~/.triton. A cache the user points at on purpose is kept.
+    """torch.compile's, Triton's and matplotlib's caches go under this session's tmp dir, not
+    /tmp/torchinductor_<user>, ~/.triton or ~/.config/matplotlib. A cache the user points at is kept.
 
     NB: inductor's precompiled C++ headers still go to <system tmp>/torchinductor_<user>: torch fixes
     that path when torch._inductor.codecache is imported, from tempfile.gettempdir(), not the setting.
     """
     base = tmp_path_factory.mktemp("compile-caches")
-    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "MPLCONFIGDIR"):  # matplotlib's font cache too
         os.environ.setdefault(name, str(base / name.lower()))

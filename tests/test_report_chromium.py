@@ -1,28 +1,22 @@
 """The report in a real browser: it renders, its sort script runs under its own CSP, clicking a
 header sorts, and an injected inline script would be blocked. Skipped without chromium."""
 import re
-import shutil
 import struct
-import subprocess
 from html.parser import HTMLParser
 
 import pytest
 
 from kernel_advisor.collect.rundir import load_run
 from kernel_advisor.render.html_report import write_report
+from headless_chromium import CHROMIUM, run_chromium
 from run_factory import gpt_like_ops, recommendations_doc, try_kernel_doc, write_run
 
-CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 pytestmark = [pytest.mark.chromium, pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH")]
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync")
 WIDTH, HEIGHT = 1400, 2000
 
 
 def chromium(tmp_path, *args: str) -> str:
-    profile = tmp_path / "chromium-profile"
-    done = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
-                          text=True, timeout=120)
+    done = run_chromium(tmp_path, *args)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 

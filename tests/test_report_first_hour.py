@@ -4,8 +4,6 @@ and when / how noisily measured ceilings were taken."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from html.parser import HTMLParser
 
 import pytest
@@ -15,6 +13,7 @@ from kernel_advisor.collect.rundir import load_run
 from kernel_advisor.render.html_report import render_report, write_report
 from kernel_advisor.render.profile_render import ceilings_text, run_warnings, summary_line
 from kernel_advisor.render.report_template import CSS
+from headless_chromium import CHROMIUM, run_chromium
 from run_factory import OpSpec, gpt_like_ops, h200_ceilings, recommendations_doc, write_run
 
 AMDAHL = "https://en.wikipedia.org/wiki/Amdahl%27s_law"
@@ -147,7 +146,6 @@ def test_hotspot_cells_carry_the_wrapping_classes(tmp_path):
     assert 'class="nowrap"><span class="mono"' not in body  # the op name no longer refuses to wrap
 
 
-CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 PROBE = """<script>
 var t = document.querySelector('#hotspot-table'), w = t.parentElement, out = [];
 out.push('table ' + t.scrollWidth + ' wrapper ' + w.clientWidth);
@@ -173,10 +171,7 @@ def test_long_names_fit_a_1400_px_window(tmp_path):
     html = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", report.read_text(encoding="utf-8"))
     probe = tmp_path / "probe.html"
     probe.write_text(html.replace("</body>", PROBE), encoding="utf-8")
-    flags = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}")
-    done = subprocess.run([CHROMIUM, *flags, "--window-size=1400,1200", "--dump-dom", probe.as_uri()],
-                          capture_output=True, text=True, timeout=120)
+    done = run_chromium(tmp_path, "--window-size=1400,1200", "--dump-dom", probe.as_uri())
     lines = re.search(r'<pre id="probe">(.*?)</pre>', done.stdout, re.S).group(1).splitlines()
     table_px, wrapper_px = map(int, re.match(r"table (\d+) wrapper (\d+)", lines[0]).groups())
     assert table_px <= wrapper_px, f"the table is {table_px} px in a {wrapper_px} px column: its right edge is cut"
