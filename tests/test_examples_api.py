@@ -48,8 +48,10 @@ finally:
 def test_notebook_api_example_runs_and_writes_only_under_its_directory(tmp_path):
     root = tmp_path.resolve()
     (root / "tmp").mkdir()
-    # inductor writes its cache dir into os.environ once this process compiled anything: not the user's
-    inherited = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    # the test session's cache settings (tests/conftest.py; inductor also writes its own into
+    # os.environ once this process compiled anything) are not the user's
+    inherited = {k: v for k, v in os.environ.items()
+                 if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "MPLCONFIGDIR")}
     env = {**inherited, "ADVISOR_HOME": str(root / ".advisor"), "ADVISOR_CACHE_DIR": str(root / "cache"),
            "HOME": str(root / "home"),  # matplotlib's and torch's per-user caches
            "TMPDIR": str(root / "tmp"),  # the example's mkdtemp and torch.compile's cache
