@@ -4,17 +4,18 @@ import json
 import pandas as pd
 import pytest
 
-from kernel_advisor.collect.rundir import (OPS_COLUMNS, SCHEMA_VERSION, SEQUENCE_COLUMNS, RunWriter, load_run,
-                                           resolve_run, set_latest, write_json_atomic, write_table)
+from kernel_advisor.collect.rundir import (SCHEMA_VERSION, RunWriter, load_run, resolve_run, set_latest,
+                                           write_json_atomic, write_table)
 from kernel_advisor.errors import UserInputError
+from kernel_advisor.records.columns import OPS_REQUIRED, SEQUENCE_REQUIRED
 
 
 def complete_run(path):
     """A minimal run holding every column of the contract (collect columns only, not analysed)."""
-    ops = {c: [0] for c in OPS_COLUMNS} | {"name": ["aten::mm"], "kind": ["op"], "region": [""],
+    ops = {c: [0] for c in OPS_REQUIRED} | {"name": ["aten::mm"], "kind": ["op"], "region": [""],
                                             "input_shapes": [[[2, 3], [3, 4]]], "input_dtypes": [["float32"] * 2],
                                             "input_strides": [[]], "concrete_inputs": [[]], "kernels": ["[]"]}
-    sequence = {c: [0] for c in SEQUENCE_COLUMNS} | {"name": ["aten::mm"], "region": [""],
+    sequence = {c: [0] for c in SEQUENCE_REQUIRED} | {"name": ["aten::mm"], "region": [""],
                                                      "input_shapes": [[[2, 3], [3, 4]]],
                                                      "input_dtypes": [["float32"] * 2]}
     with RunWriter(path) as tmp:

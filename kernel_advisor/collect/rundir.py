@@ -29,13 +29,6 @@ JSON_COLUMNS = ("input_shapes", "input_dtypes", "input_strides", "concrete_input
 REQUIRED_FILES = ("run.json", "ops.csv", "sequence.csv")
 # Columns every reader joins on; the full contract is in docs/architecture.md.
 KEY_COLUMNS = {"ops.csv": ("row_id", "name"), "sequence.csv": ("seq", "name")}
-# Columns the readers (recommend, report, roofline, compare, try-kernel) cannot do without
-# (records/columns.py); the others in docs/architecture.md are optional to readers (older
-# runs lack first_seq and max_blocks).
-OPS_COLUMNS = columns.OPS_REQUIRED
-ANALYSIS_COLUMNS = columns.ANALYSIS_COLUMNS
-SEQUENCE_COLUMNS = columns.SEQUENCE_REQUIRED
-NUMERIC_COLUMNS = columns.NUMERIC_COLUMNS
 
 
 def advisor_home() -> Path:
@@ -234,7 +227,7 @@ def read_table(path: Path, renamed: Mapping[str, str] | None = None) -> pd.DataF
     ValueError when it is truncated or holds damaged values."""
     _check_not_truncated(path)
     df = pd.read_csv(path, keep_default_na=False, na_values=[""]).rename(columns=dict(renamed or {}))
-    damaged = [c for c in NUMERIC_COLUMNS if c in df.columns and len(df) and not is_numeric_dtype(df[c])]
+    damaged = [c for c in columns.NUMERIC_COLUMNS if c in df.columns and len(df) and not is_numeric_dtype(df[c])]
     if damaged:
         raise ValueError(f"{path.name}: non-numeric values in {', '.join(damaged)}")
     for col in JSON_COLUMNS:
@@ -299,8 +292,9 @@ def load_run(path: str | Path) -> Run:
     except (ValueError, pd.errors.ParserError) as e:
         raise UserInputError(f"{path} has a corrupted table: {e}",
                              "profile again to write a fresh run") from None
-    _check_table(path / "ops.csv", ops, OPS_COLUMNS)
-    _check_table(path / "sequence.csv", sequence, SEQUENCE_COLUMNS)
+    # what readers cannot do without (records/columns.py); older runs lack first_seq and max_blocks
+    _check_table(path / "ops.csv", ops, columns.OPS_REQUIRED)
+    _check_table(path / "sequence.csv", sequence, columns.SEQUENCE_REQUIRED)
     if "kernels" in ops.columns:
         ops["kernels"] = [_renamed_items(k, columns.renames(version, columns.KERNELS)) for k in ops["kernels"]]
     return Run(path=path, meta=_current_meta(record.meta(), version), ops=ops, sequence=sequence)
@@ -323,17 +317,17 @@ def _renamed_items(items: list, renamed: Mapping[str, str]) -> list:
             for item in items]
 
 
-def _check_table(path: Path, table: pd.DataFrame, columns: tuple[str, ...]) -> None:
+def _check_table(path: Path, table: pd.DataFrame, required: tuple[str, ...]) -> None:
     """Every column the readers use, and at least one row: one line naming the file otherwise."""
     fix = "profile again to write a fresh run"
     missing = [c for c in KEY_COLUMNS[path.name] if c not in table.columns]
     if missing:
         raise UserInputError(f"{path} is not a run table (no {', '.join(missing)} column)", fix)
-    missing = [c for c in columns if c not in table.columns]
+    missing = [c for c in required if c not in table.columns]
     if path.name == "ops.csv":
-        analysed = [c for c in ANALYSIS_COLUMNS if c in table.columns]
+        analysed = [c for c in columns.ANALYSIS_COLUMNS if c in table.columns]
         if analysed:  # analysed: all of analyze's columns or none (docs/architecture.md)
-            missing += [c for c in ANALYSIS_COLUMNS if c not in table.columns]
+            missing += [c for c in columns.ANALYSIS_COLUMNS if c not in table.columns]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise UserInputError(f"{path} is damaged: it lacks the column{'s' if len(missing) > 1 else ''} {shown}",

@@ -8,6 +8,7 @@ are (`aten_convention`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -78,20 +79,14 @@ def row_shape_of(x: torch.Tensor, cols: int) -> tuple[int, int, torch.dtype]:
     return (x.numel() // cols if cols else 0), cols, x.dtype
 
 
-def softmax_rows(full: dict) -> tuple[int, int, torch.dtype]:
+def last_dim_rows(full: dict) -> tuple[int, int, torch.dtype]:
+    """softmax / log_softmax over the last dim, cross-entropy over the classes."""
     x = full["self"]
     return row_shape_of(x, x.shape[-1] if x.dim() else 1)
 
 
 def norm_rows(full: dict) -> tuple[int, int, torch.dtype]:
-    cols = 1
-    for d in full["normalized_shape"]:
-        cols *= int(d)
-    return row_shape_of(full["input"], cols)
-
-
-def cross_entropy_rows(full: dict) -> tuple[int, int, torch.dtype]:
-    return row_shape_of(full["self"], full["self"].shape[-1])
+    return row_shape_of(full["input"], math.prod(int(d) for d in full["normalized_shape"]))
 
 
 def routed(prepare: Prepare, row_shape: RowShape | None, route: Route | None) -> Prepare:
@@ -208,9 +203,9 @@ class ReferenceOp:
 
 REFERENCE_OPS: dict[str, ReferenceOp] = {
     "softmax": ReferenceOp("aten::_softmax", ("aten::softmax", "aten::_softmax"), softmax_prepare,
-                           softmax_rows),
+                           last_dim_rows),
     "log_softmax": ReferenceOp("aten::_log_softmax", ("aten::log_softmax", "aten::_log_softmax"),
-                               softmax_prepare, softmax_rows),
+                               softmax_prepare, last_dim_rows),
     "layer_norm": ReferenceOp("aten::layer_norm", ("aten::layer_norm", "aten::native_layer_norm"),
                               layer_norm_prepare, norm_rows),
     "rms_norm": ReferenceOp("aten::rms_norm", ("aten::rms_norm", "aten::_fused_rms_norm"), rms_norm_prepare,
@@ -219,7 +214,7 @@ REFERENCE_OPS: dict[str, ReferenceOp] = {
     "silu": ReferenceOp("aten::silu", ("aten::silu",), silu_prepare),
     "matmul": ReferenceOp("aten::mm", ("aten::mm",), matmul_prepare),
     "cross_entropy": ReferenceOp("aten::cross_entropy_loss", ("aten::cross_entropy_loss",), cross_entropy_prepare,
-                                 cross_entropy_rows),
+                                 last_dim_rows),
 }
 
 # Names a registry entry may use in `replaces_aten` -> the family it belongs to.
