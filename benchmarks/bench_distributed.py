@@ -169,10 +169,19 @@ def child_env(home: Path, nproc: int, device: str) -> dict:
     return env
 
 
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # nvidia-smi underlines the topo header
+
+
+def plain_lines(text: str) -> list[str]:
+    """A command's output as lines for the record: no terminal escapes, no blank lines."""
+    lines = (ANSI_ESCAPE.sub("", line).rstrip() for line in text.splitlines())
+    return [line for line in lines if line]
+
+
 def _command_lines(cmd: list[str]) -> list[str]:
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-        return res.stdout.strip().splitlines() if res.returncode == 0 else []
+        return plain_lines(res.stdout) if res.returncode == 0 else []
     except (OSError, subprocess.TimeoutExpired):
         return []
 

@@ -1,57 +1,200 @@
-"""Profiler overhead and attribution on the GPT example (issue 2 figures).
+"""Profiler overhead of `advisor profile`, device-bound and host-bound models, kept as data.
 
-Profiles examples/gpt_block.py in inference and train mode, bf16, on the current device, and
-writes the wall-time ratio profiled/unprofiled (medians), the sum invariant and the top rows.
-    python benchmarks/bench_profile.py --out DIR [--steps 10]
+Each declared workload is profiled the way a user runs it (`advisor profile MODEL --device cuda
+--dtype bfloat16 --mode M --steps 20 --warmup 5`, one process each; the default settings:
+record_shapes, no stacks). Its run.json holds the overhead: the median profiled step over the
+median unprofiled step, with the interval (`profiler_overhead`). Rows are upserted into
+benchmarks/data/profile_overhead.csv keyed by (model, mode, gpu); `--render` writes
+docs/benchmarks.md's "Profiling overhead" block from that CSV (no GPU needed).
+
+    python3 benchmarks/bench_profile.py --csv benchmarks/data/profile_overhead.csv [--only vit_tiny ...]
+    python3 benchmarks/bench_profile.py --render [--check]
+
+A copy of the tree without .git: ADVISOR_COMMIT=<short hash> stamps the commit measured.
 """
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
-import statistics
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from kernel_advisor.collect.loader import load_model
-from kernel_advisor.pipeline import profile_to_run
-from kernel_advisor.collect.rundir import load_run
+import pandas as pd
 
-REPO = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+from docdata import splice_block, write_csv_atomic  # noqa: E402
 
-
-def one(mode: str, steps: int, out: Path) -> dict:
-    loaded = load_model(REPO / "examples" / "gpt_block.py", device="auto", dtype="bfloat16")
-    args = {"device": loaded.device.type, "mode": mode, "dtype": "bfloat16", "warmup": 3, "steps": steps,
-            "seed": 0, "entry": None}
-    run_dir, meta = profile_to_run(loaded, args, out / f"gpt-{mode}")
-    run = load_run(run_dir)
-    top = run.ops.head(8)
-    return {
-        "mode": mode, "device": meta["device"]["name"],
-        "step_ms_profiled": 1e3 * statistics.median(meta["step_wall_s"]),
-        "step_ms_unprofiled": 1e3 * statistics.median(meta["unprofiled_step_wall_s"]),
-        "overhead_ratio": meta["profiler_overhead_ratio"],
-        "device_busy_frac": meta["device_busy_frac"],
-        "rows_sum_over_total": float(run.ops["device_time_total_s"].sum() / meta["total_device_time_s"]),
-        "modelled_time_pct": meta["coverage"]["modelled_time_pct"],
-        "ceilings_source": meta["ceilings"]["source"],
-        "top": [{"name": r.name, "share_pct": r.share_pct, "verdict": r.verdict,
-                 "efficiency_frac": r.efficiency_frac} for r in top.itertuples()],
-    }
+DEFAULT_CSV = REPO / "benchmarks" / "data" / "profile_overhead.csv"
+DOCS = REPO / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- profile-overhead:begin -->", "<!-- profile-overhead:end -->"
+TITLE = "Profiling overhead"
+KEY = ["model", "mode", "gpu"]
+AIM = 1.15  # profiled / unprofiled step on host-bound models
+HOST_BOUND_BUSY = 0.8  # device busy under this share of the step: the host sets the pace
+STEPS, WARMUP = 20, 5
+TIMEOUT_S = 240
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--steps", type=int, default=10)
-    a = ap.parse_args()
-    a.out.mkdir(parents=True, exist_ok=True)
-    results = [one(mode, a.steps, a.out) for mode in ("inference", "train")]
-    (a.out / "bench_profile.json").write_text(json.dumps(results, indent=2))
-    for r in results:
-        print(f"{r['mode']:9s} step {r['step_ms_unprofiled']:.2f} ms unprofiled, {r['step_ms_profiled']:.2f} ms "
-              f"profiled, overhead {r['overhead_ratio']:.3f}x, busy {r['device_busy_frac']:.2f}, "
-              f"sum/total {r['rows_sum_over_total']:.4f}, modelled {r['modelled_time_pct']:.1f}%")
+@dataclass(frozen=True)
+class Workload:
+    model: str  # path from the repo root
+    mode: str
+
+    @property
+    def name(self) -> str:
+        return Path(self.model).stem
+
+
+ADVICE = "benchmarks/advice/models"
+WORKLOADS = (
+    Workload("examples/gpt_block.py", "inference"),
+    Workload("examples/gpt_block.py", "train"),
+    Workload(f"{ADVICE}/vit_tiny.py", "inference"),
+    Workload(f"{ADVICE}/resnet_basic.py", "inference"),
+    Workload(f"{ADVICE}/small_convnet.py", "inference"),
+    Workload(f"{ADVICE}/llama_naive_attention.py", "inference"),
+    Workload(f"{ADVICE}/tiny_mlp_host_bound.py", "inference"),
+    Workload(f"{ADVICE}/small_convnet.py", "train"),
+)
+
+
+# ---------------------------------------------------------------- measuring
+
+
+def profile_once(w: Workload, work: Path, device: str = "cuda") -> dict:
+    """One `advisor profile` of `w`: the overhead figures of its run.json."""
+    out = work / f"{w.name}-{w.mode}"
+    cmd = [sys.executable, "-m", "kernel_advisor", "profile", str(REPO / w.model), "--device", device,
+           "--dtype", "bfloat16", "--mode", w.mode, "--steps", str(STEPS), "--warmup", str(WARMUP),
+           "--out", str(out)]
+    res = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=TIMEOUT_S)
+    if res.returncode != 0:
+        raise RuntimeError(f"advisor profile exited {res.returncode}: {res.stderr.strip()[-300:]}")
+    meta = json.loads((out / "run.json").read_text(encoding="utf-8"))
+    overhead = meta["profiler_overhead"]
+    step = meta["step_s"]
+    return {"model": w.name, "mode": w.mode, "steps": STEPS,
+            "step_unprofiled_s": step["value"], "step_profiled_s": _median(meta["step_wall_s"]),
+            "overhead": overhead["value"], "overhead_low": overhead["low"], "overhead_high": overhead["high"],
+            "device_busy_frac": meta["device_busy_frac"],
+            "modelled_time_pct": meta["coverage"]["modelled_time_pct"]}
+
+
+def _median(values: list[float]) -> float:
+    return float(pd.Series(values).median())
+
+
+def stamps() -> dict:
+    import torch
+    import triton
+
+    props = torch.cuda.get_device_properties(0)
+    return {"gpu": props.name, "torch": torch.__version__, "triton": triton.__version__,
+            "commit": os.environ.get("ADVISOR_COMMIT") or _git_head(),
+            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")}
+
+
+def _git_head() -> str:
+    res = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    return res.stdout.strip() or "unknown"
+
+
+def upsert(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """`new` replaces the rows of `old` with the same KEY; every other row stays."""
+    if old.empty:
+        return new.reset_index(drop=True)
+    same = pd.MultiIndex.from_frame(old[KEY]).isin(pd.MultiIndex.from_frame(new[KEY]))
+    return pd.concat([old.loc[~same], new], ignore_index=True)
+
+
+def read_csv(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path) if path.is_file() else pd.DataFrame()
+
+
+def measure(csv: Path, only: list[str]) -> int:
+    chosen = [w for w in WORKLOADS if not only or w.name in only]
+    stamp, rows, failed = stamps(), [], 0
+    with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
+        for w in chosen:
+            try:
+                row = {**profile_once(w, Path(tmp)), **stamp}
+            except (RuntimeError, subprocess.TimeoutExpired, KeyError, OSError) as exc:
+                failed += 1
+                print(f"FAILED {w.name} {w.mode}: {exc}", flush=True)
+                continue
+            rows.append(row)
+            print(f"{w.name:24s} {w.mode:9s} step {row['step_unprofiled_s'] * 1e3:8.3f} ms, overhead "
+                  f"{row['overhead']:.3f}x [{row['overhead_low']:.3f}-{row['overhead_high']:.3f}], busy "
+                  f"{row['device_busy_frac']:.2f}", flush=True)
+    if rows:
+        write_csv_atomic(upsert(read_csv(csv), pd.DataFrame(rows)), csv)
+    return 1 if failed else 0
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def render(df: pd.DataFrame) -> str:
+    """The docs block: one row per workload, host-bound ones judged against AIM."""
+    first = df.iloc[0]
+    lines = [f"{', '.join(sorted(set(df['date'])))} · {first['gpu']} · torch {first['torch']}, triton "
+             f"{first['triton']} · commit {', '.join(sorted(set(df['commit'])))} · "
+             f"`python3 benchmarks/bench_profile.py` · raw: `benchmarks/data/profile_overhead.csv`. "
+             f"`advisor profile MODEL --dtype bfloat16 --steps {int(first['steps'])}` with its default "
+             f"settings (shapes recorded, no stacks); overhead = median profiled step / median "
+             f"unprofiled step, with its interval from run.json.", "",
+             "| model | mode | step unprofiled | overhead [interval] | device busy | host-bound | within 1.15× |",
+             "|---|---|---:|---|---:|---|---|"]
+    for r in df.sort_values(["device_busy_frac"]).itertuples():
+        host = r.device_busy_frac < HOST_BOUND_BUSY
+        within = ("yes" if r.overhead <= AIM else "**no**") if host else "–"
+        lines.append(f"| {r.model} | {r.mode} | {r.step_unprofiled_s * 1e3:.3f} ms | {r.overhead:.3f}× "
+                     f"[{r.overhead_low:.3f}–{r.overhead_high:.3f}] | {r.device_busy_frac * 100:.0f} % | "
+                     f"{'yes' if host else 'no'} | {within} |")
+    host = df[df["device_busy_frac"] < HOST_BOUND_BUSY]
+    if len(host):
+        lines += ["", f"Host-bound workloads (device busy < {HOST_BOUND_BUSY:.0%}): "
+                      f"{int((host['overhead'] <= AIM).sum())} of {len(host)} within {AIM}×; the largest "
+                      f"overhead {host['overhead'].max():.3f}× ({host.loc[host['overhead'].idxmax(), 'model']})."]
+    return "\n".join(lines)
+
+
+def render_docs(csv: Path, docs: Path, check: bool) -> int:
+    df = read_csv(csv)
+    if df.empty:
+        print(f"{csv} holds no measurement: run the benchmark on a GPU first", file=sys.stderr)
+        return 1
+    text = docs.read_text(encoding="utf-8")
+    new = splice_block(text, render(df), BEGIN, END, TITLE)
+    if check:
+        if new != text:
+            print(f"{docs} is out of date with {csv}: run benchmarks/bench_profile.py --render", file=sys.stderr)
+            return 1
+        return 0
+    docs.write_text(new, encoding="utf-8")
+    print(f"wrote the profiling-overhead block of {docs}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
+    ap.add_argument("--only", nargs="*", default=[], help="workload model names (stems)")
+    ap.add_argument("--render", action="store_true", help="write docs/benchmarks.md's block from the CSV")
+    ap.add_argument("--check", action="store_true", help="with --render: fail when the docs are stale")
+    ap.add_argument("--docs", type=Path, default=DOCS)
+    a = ap.parse_args(argv)
+    if a.render:
+        return render_docs(a.csv, a.docs, a.check)
+    return measure(a.csv, a.only)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

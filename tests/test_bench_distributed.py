@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import busbw_check as bb
-from benchmarks.bench_distributed import figure_problems, figure_warnings, headline_lines
+from benchmarks.bench_distributed import figure_problems, figure_warnings, headline_lines, plain_lines
 from benchmarks.distributed_record import (SCHEMA_VERSION, DistributedRecord, RecordError, RunFigures, busbw_at,
                                           clock_skew_us, read_record, write_record)
 from benchmarks.render_distributed import BEGIN, END, main as render_main, render, splice
@@ -142,6 +142,12 @@ def record(**changes) -> DistributedRecord:
                  "median_s": 904e-6, "independent_busbw_bytes_per_s": 300e9, "ratio": 0.99},
         runs=[run_figures()], primary_run="ddp_mlp")
     return replace(rec, **changes)
+
+
+def test_topology_lines_lose_terminal_escapes():
+    # nvidia-smi topo -m on the 2 x H200 host underlines its header row and ends with a blank line
+    out = "\x1b[4mGPU0\tGPU1\tCPU Affinity\x1b[0m\nGPU0\t X \tNV18\t0-31  \n\n"
+    assert plain_lines(out) == ["GPU0\tGPU1\tCPU Affinity", "GPU0\t X \tNV18\t0-31"]
 
 
 def test_record_round_trips(tmp_path):

@@ -205,3 +205,14 @@ def test_to_other_follows_the_other_tensor():
                    ["", "", "False", "False", ""]) is None
     c = op_cost("aten::to", [[4, 8], [2], [], [], []], types, ["", "", "False", "False", ""])
     assert c.bytes == 32 * (4 + 2)
+
+
+@pytest.mark.parametrize("dtype,itemsize", [("bfloat16", 2), ("float32", 4)])
+def test_ddp_reducer_copies(dtype, itemsize):
+    # DDP on 2 x H200 recorded both with the gradient alone: [[8192, 8192]] bf16 is
+    # 67,108,864 elements, read once and written once = 268,435,456 bytes in bf16.
+    n = 8192 * 8192
+    mul = op_cost("torch::distributed::reducer::mul_out", [[8192, 8192]], [dtype], [""])
+    assert (mul.flops, mul.bytes) == (n, 2 * n * itemsize)  # one multiply by 1/world_size each
+    copy = op_cost("torch.distributed.ddp.reducer::copy_bucket_to_grad", [[8192, 8192]], [dtype], [""])
+    assert (copy.flops, copy.bytes) == (0, 2 * n * itemsize)

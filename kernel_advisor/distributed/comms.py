@@ -31,7 +31,6 @@ _PREFIXES = (("allreduce", "all_reduce"), ("allgather", "all_gather"),
              ("scatter", "scatter"), ("barrier", "barrier"))
 COMM_COLUMNS = ("collective", "name", "source", "ts_us", "dur_us", "bytes", "group_size", "dtype",
                 "stream")
-COMM_OP_PREFIXES = ("c10d::", "record_param_comms", "nccl:", GLOO_PREFIX)
 _CPU_CATEGORIES = ("user_annotation", "cpu_op")
 
 
@@ -51,11 +50,6 @@ def normalise_collective(raw: str) -> str:
 def is_comm_kernel(name: str) -> bool:
     """NCCL launches kernels named ncclKernel_* (< 2.19) or ncclDevKernel_* (≥ 2.19)."""
     return is_nccl_kernel(name)
-
-
-def is_comm_op(name: str) -> bool:
-    """CPU-side events of a collective: c10d ops, record_param_comms, nccl:/gloo: ranges."""
-    return name.startswith(COMM_OP_PREFIXES)
 
 
 def kernel_collective(name: str) -> str:

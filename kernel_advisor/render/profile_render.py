@@ -82,7 +82,9 @@ def summary_line(meta: dict, run_dir) -> str:
     parts = [step_text(step_time_of(meta)), f"device busy {fmt_frac_pct(meta.get('device_busy_frac'))}"]
     cov = meta.get("coverage") or {}
     if "modelled_time_pct" in cov:
-        parts.append(f"{fmt_pct(cov['modelled_time_pct'], 0)} of device time modelled")
+        comm = cov.get("communication_time_pct") or 0.0
+        inside = f" ({fmt_pct(comm, 0)} collectives, on the bus roof)" if comm >= 0.5 else ""
+        parts.append(f"{fmt_pct(cov['modelled_time_pct'], 0)} of device time modelled{inside}")
     ceil = meta.get("ceilings") or {}
     if ceil.get("source"):
         parts.append(f"ceilings: {ceilings_text(ceil)}")

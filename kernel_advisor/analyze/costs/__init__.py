@@ -12,7 +12,7 @@ an op or an argument pattern they do not cover (unknown is not zero).
 from __future__ import annotations
 
 from kernel_advisor.analyze.costs import (activations, attention, batchnorm,  # noqa: F401
-                                          conv, copies, einsum, elementwise, indexing, losses,
+                                          conv, copies, ddp, einsum, elementwise, indexing, losses,
                                           matmul, norms, optim, pooling, reductions, rnn,
                                           softmax, transformer, upsample, views)
 from kernel_advisor.analyze.costs.inductor import inductor_kernel_bytes

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 GLOO_PREFIX = "gloo:"
+COMM_OP_PREFIXES = ("c10d::", "record_param_comms", "nccl:", GLOO_PREFIX)
 _DESCRIBED = "Collective name"
 _CATEGORY = {"cpu_ops": "cpu_op", "annotations": "user_annotation", "gpu": "kernel"}
 
@@ -33,6 +34,11 @@ _CATEGORY = {"cpu_ops": "cpu_op", "annotations": "user_annotation", "gpu": "kern
 def is_nccl_kernel(name: str) -> bool:
     """NCCL launches kernels named ncclKernel_* (< 2.19) or ncclDevKernel_* (≥ 2.19)."""
     return name.lower().startswith("nccl")
+
+
+def is_comm_op(name: str) -> bool:
+    """CPU-side events of a collective: c10d ops, record_param_comms, nccl:/gloo: ranges."""
+    return name.startswith(COMM_OP_PREFIXES)
 
 
 def collective_rows(table: str, rows: list, raw: dict, columns: dict) -> list[tuple]:
