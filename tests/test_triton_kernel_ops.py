@@ -199,6 +199,45 @@ def test_opcheck(case):
     torch.library.opcheck(op, args)
 
 
+def _kernel_ops() -> list:
+    import importlib
+
+    mods = [importlib.import_module(f"reference_kernels.triton.{m}") for m in _ops.KERNEL_MODULES]
+    return [v for m in mods for v in vars(m).values() if isinstance(v, _ops.KernelOp)]
+
+
+@pytest.mark.parametrize("spec, variant", _cases())
+def test_eager_calls_skip_the_operator(spec, variant, monkeypatch):
+    """In eager the launchers run directly (a torch.library call costs ~100 µs of host time);
+    the gradient still flows, through a plain autograd.Function."""
+    def refuse(*_args):
+        raise AssertionError("an eager call went through the torch.library operator")
+
+    for kop in _kernel_ops():
+        monkeypatch.setattr(kop, "op", refuse)
+    f, args, grads = _call(spec, variant, _dtype(spec))
+    leaves = [a.detach().requires_grad_(i in grads) for i, a in enumerate(args)]
+    out = f(*leaves)
+    outs = [o for o in (out if isinstance(out, tuple) else (out,)) if o.is_floating_point()]
+    if grads:
+        total = sum(o.float().sum() for o in outs)
+        found = torch.autograd.grad(total, [leaves[i] for i in grads])
+        assert all(g is not None and g.shape == leaves[i].shape for g, i in zip(found, grads))
+    with torch.no_grad():
+        f(*args)
+
+
+def test_traced_calls_use_the_operator():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from reference_kernels.triton.silu import silu
+
+    # make_fx traces under a dispatch mode: the operator appears as one node, not its launches
+    gm = make_fx(lambda x: silu(x))(torch.randn(3, 5, device=DEV))
+    seen = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert any("advisor_kernels.silu" in t for t in seen), seen
+
+
 def test_launch_settings_are_computed_once_per_shape():
     from reference_kernels.triton import norm
     from reference_kernels.triton.rms_norm import rms_norm

@@ -29,9 +29,10 @@ _RMS_ATEN = ("aten::_fused_rms_norm",) if hasattr(torch.ops.aten, "_fused_rms_no
 
 
 # Shape classes measured to lose (KernelSpec.loses): try-kernel leaves them to eager.
+# NB: triton.softmax has none: few long rows (16x4194304 bf16) lost on the row loop at 0.046 of
+# copy; the split path (rowsplit.py) runs them at 175 us forward against eager's 1078 us and
+# torch.compile's 177 us (benchmarks/studies/row_shapes.py, H200, 2026-11-26).
 _SWEEP = "benchmarks/results/triton_kernels_h200_2026-11-21.md, (b) forward sweep, why = kernel"
-_ISSUE = ("issue 'Bundled kernels that never lose', item 2: H200, bf16, the project's kernel "
-          "benchmark")
 
 
 def _point(rows: int, cols: int, dtype: str) -> ShapeClass:
@@ -39,15 +40,6 @@ def _point(rows: int, cols: int, dtype: str) -> ShapeClass:
     return ShapeClass(f"{rows}x{cols} {dtype}", rows, rows, cols, cols, (dtype,))
 
 
-_SOFTMAX_LOSES = (
-    # NB: measured on the one-program-per-row loop; few long rows now take rowsplit.py's split
-    # path (no measurement yet: benchmarks/studies/row_shapes.py). Drop the entry once the
-    # split path is measured to win there.
-    Loss(ShapeClass("few long rows (fewer rows than an H200's 132 SMs, over 32768 columns)",
-                    max_rows=131, min_cols=32769),
-         "16x4194304 forward at 0.046 of copy bandwidth, torch.compile at 0.41", _ISSUE,
-         path="one program per row, online max/sum loop"),
-)
 # log_softmax: where the GPU time too is above eager's (the host-bound losses of that sweep
 # predate the host-cost work of item 1 and are not listed).
 _LOG_SOFTMAX_LOSES = (
@@ -69,7 +61,7 @@ def _spec(name: str, title: str, module: str, **kw) -> KernelSpec:
 
 SPECS: tuple[KernelSpec, ...] = (
     _spec("softmax", "softmax over the last dim; online max/sum for rows over 32K", "softmax",
-          replaces_aten=("aten::_softmax",), has_backward=True, loses=_SOFTMAX_LOSES),
+          replaces_aten=("aten::_softmax",), has_backward=True),
     _spec("log_softmax", "log_softmax over the last dim; online max/sum for rows over 32K",
           "softmax", replaces_aten=("aten::_log_softmax",), has_backward=True,
           loses=_LOG_SOFTMAX_LOSES),
