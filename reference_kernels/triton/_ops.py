@@ -20,8 +20,9 @@ Eager calls skip the operator. A torch.library call costs ~100 µs of host time 
 (schema parsing, the aliasing checks, the autograd wrapper; measured on an H200 host, torch
 2.11), against ~10 µs for an eager aten op, and a short kernel is then paid for by launch
 cost alone. So `kernel_op` returns a `KernelOp`: while Dynamo, AOTAutograd or any dispatch
-mode traces it, it calls the operator; in eager it runs the launcher directly, through a
-plain autograd.Function (the same setup_context and backward) only when a gradient is needed.
+mode traces it, or torch.profiler records, it calls the operator; otherwise it runs the
+launcher directly, through a plain autograd.Function (the same setup_context and backward)
+only when a gradient is needed.
 """
 from __future__ import annotations
 
@@ -58,7 +59,10 @@ class KernelOp:
         self._function = _autograd_function(self.fn, backward, setup_context)
 
     def __call__(self, *args):
-        if traced():
+        # Under torch.profiler too: the trace then holds the operator as an op of its own, which
+        # the kernels' device time is attributed to (advisor profile, try-kernel's per-op time).
+        # Host time is not what a profile measures; the flag is a plain attribute read.
+        if traced() or torch.autograd.profiler._is_profiler_enabled:
             return self.op(*args)
         if self._function is not None and torch.is_grad_enabled() and _requires_grad(args):
             return self._function.apply(*args)

@@ -54,7 +54,9 @@ def _norm_fwd(x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr,
         mean = tl.sum(x, axis=1) / n_cols
         tl.store(mean_ptr + rows, mean, mask=row_ok)
         xc = tl.where(mask, x - mean[:, None], 0.0)
-    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
+    # NB: eps arrives as fp32 from a direct launch and as fp64 from Inductor's (triton_op under
+    # torch.compile): cast, so compiled and eager results agree bit for bit.
+    rstd = 1.0 / tl.sqrt(tl.sum(xc * xc, axis=1) / n_cols + tl.cast(eps, ACC))
     tl.store(rstd_ptr + rows, rstd, mask=row_ok)
     y = xc * rstd[:, None]
     if HAS_WEIGHT:

@@ -80,7 +80,7 @@ def _row_mean_rstd(mean_part_ptr, m2_part_ptr, row, n_cols, seg_cols, n_segs, ep
         mean = tl.sum(n_j * mean_j, axis=0) / n_cols
         dev = mean_j - mean
         var = tl.sum(m2_j + n_j * dev * dev, axis=0) / n_cols
-    return mean, 1.0 / tl.sqrt(var + eps)
+    return mean, 1.0 / tl.sqrt(var + tl.cast(eps, ACC))  # fp32 or fp64 eps: see norm.py
 
 
 @triton.jit
