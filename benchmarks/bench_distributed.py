@@ -206,7 +206,7 @@ def host_info(device: str, nproc: int) -> tuple[dict, dict]:
     smi = _command_lines(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
     driver = smi[0].split(",")[-1].strip() if smi else None
     gpus = {"name": torch.cuda.get_device_name(0), "count": torch.cuda.device_count(), "driver": driver,
-            "topology": _command_lines(["nvidia-smi", "topo", "-m"])[: 2 + nproc]}
+            "topology": _command_lines(["nvidia-smi", "topo", "-m"])[: 1 + nproc]}  # header, a row per GPU
     return gpus, versions
 
 
