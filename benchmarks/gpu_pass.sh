@@ -39,7 +39,9 @@ kernels_csv() {  # quick-or-not: the side-by-side sweep, Liger from .wheels/ whe
 cat "$out/env.txt"
 for step in "${@:2}"; do
     case $step in
-        gpu_tests) run gpu_tests python3 -m pytest -q -m gpu -p no:cacheprovider -n 4 tests/ --timeout 300 ;;
+        gpu_tests) run gpu_tests python3 -m pytest -q -m gpu -p no:cacheprovider -n 4 tests/ --timeout 300
+                   # its timings need the GPU to themselves (they skip under -n)
+                   run gpu_timing_tests python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton_row_shapes.py ;;
         calibrate) run calibrate python3 -m kernel_advisor calibrate --device cuda --json ;;
         profile) run bench_profile python3 benchmarks/bench_profile.py --out "$out/profile" ;;
         ncu) run ncu_accuracy python3 benchmarks/ncu_accuracy.py --out "$out/ncu" ;;

@@ -6,6 +6,8 @@ On the CPU the interpreter runs small inputs; `rowsplit.FORCE` and smaller softm
 3x5003 and 2x4099 take the paths that 4096x393216 and 16x4194304 take on a GPU. The `gpu`
 tests run those full sizes in bfloat16.
 """
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -349,6 +351,10 @@ def test_issue_shapes_not_slower_than_eager_gpu(name, shape):
     (reference_kernels/triton/specs.py) with this figure, or make the path faster; a pass is
     what lets an existing entry (triton.softmax, few long rows) be dropped."""
     import triton.testing
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # pytest -n: other workers share the GPU (layer_norm read 9.3 ms against eager's 2.8 there)
+        pytest.skip("a timing needs the GPU to itself: run this file without -n")
 
     from reference_kernels.registry import get_kernel as spec_of
     n = shape[-1]
