@@ -361,3 +361,12 @@ def test_malformed_shapes_are_bad_input():
         R.classify(pd.DataFrame([row]), CEIL, RUN, op_cost_fn=lambda *a: None,
                    kernel_bytes_fn=lambda *a: None)
     assert "input_shapes is not JSON" in e.value.problem
+
+
+@pytest.mark.parametrize("comm_pct, shown", [(41.2, "100% of device time modelled (41% collectives, on the bus roof)"),
+                                             (0.0, "100% of device time modelled ·")])
+def test_summary_line_names_the_collectives_share(comm_pct, shown):
+    from kernel_advisor.render.profile_render import summary_line
+
+    meta = {"coverage": {"modelled_time_pct": 100.0, "communication_time_pct": comm_pct, "unmodelled": []}}
+    assert shown in summary_line(meta, "run")
