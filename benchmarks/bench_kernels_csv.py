@@ -75,7 +75,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_CSV = REPO / "benchmarks" / "data" / "kernels.csv"
 sys.path.insert(0, str(HERE))
-from docdata import write_csv_atomic  # noqa: E402
+from docdata import upsert_rows, write_csv_atomic  # noqa: E402
 
 # ---------------------------------------------------------------- the declared sweep
 
@@ -654,13 +654,7 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
 def upsert(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     """`new` replaces the rows of `old` with the same KEY; every other row of `old` stays."""
     new = _typed(new).drop_duplicates(KEY, keep="last")
-    if old.empty:
-        merged = new
-    else:
-        old = _typed(old)
-        same = pd.MultiIndex.from_frame(old[KEY]).isin(pd.MultiIndex.from_frame(new[KEY]))
-        merged = pd.concat([old.loc[~same], new], ignore_index=True)
-    return sort_rows(merged)
+    return sort_rows(upsert_rows(old if old.empty else _typed(old), new, KEY))
 
 
 def sort_rows(df: pd.DataFrame) -> pd.DataFrame:

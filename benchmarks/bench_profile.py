@@ -18,6 +18,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,7 +30,7 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-from docdata import splice_block, write_csv_atomic  # noqa: E402
+from docdata import splice_block, upsert_rows, write_csv_atomic  # noqa: E402
 
 DEFAULT_CSV = REPO / "benchmarks" / "data" / "profile_overhead.csv"
 DOCS = REPO / "docs" / "benchmarks.md"
@@ -81,14 +82,10 @@ def profile_once(w: Workload, work: Path, device: str = "cuda") -> dict:
     overhead = meta["profiler_overhead"]
     step = meta["step_s"]
     return {"model": w.name, "mode": w.mode, "steps": STEPS,
-            "step_unprofiled_s": step["value"], "step_profiled_s": _median(meta["step_wall_s"]),
+            "step_unprofiled_s": step["value"], "step_profiled_s": statistics.median(meta["step_wall_s"]),
             "overhead": overhead["value"], "overhead_low": overhead["low"], "overhead_high": overhead["high"],
             "device_busy_frac": meta["device_busy_frac"],
             "modelled_time_pct": meta["coverage"]["modelled_time_pct"]}
-
-
-def _median(values: list[float]) -> float:
-    return float(pd.Series(values).median())
 
 
 def stamps() -> dict:
@@ -104,14 +101,6 @@ def stamps() -> dict:
 def _git_head() -> str:
     res = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     return res.stdout.strip() or "unknown"
-
-
-def upsert(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
-    """`new` replaces the rows of `old` with the same KEY; every other row stays."""
-    if old.empty:
-        return new.reset_index(drop=True)
-    same = pd.MultiIndex.from_frame(old[KEY]).isin(pd.MultiIndex.from_frame(new[KEY]))
-    return pd.concat([old.loc[~same], new], ignore_index=True)
 
 
 def read_csv(path: Path) -> pd.DataFrame:
@@ -134,7 +123,7 @@ def measure(csv: Path, only: list[str]) -> int:
                   f"{row['overhead']:.3f}x [{row['overhead_low']:.3f}-{row['overhead_high']:.3f}], busy "
                   f"{row['device_busy_frac']:.2f}", flush=True)
     if rows:
-        write_csv_atomic(upsert(read_csv(csv), pd.DataFrame(rows)), csv)
+        write_csv_atomic(upsert_rows(read_csv(csv), pd.DataFrame(rows), KEY), csv)
     return 1 if failed else 0
 
 

@@ -23,6 +23,15 @@ def write_csv_atomic(df: pd.DataFrame, path: Path, float_format: str | None = No
             os.unlink(tmp)
 
 
+def upsert_rows(old: pd.DataFrame, new: pd.DataFrame, key: list[str]) -> pd.DataFrame:
+    """`new` replaces the rows of `old` with the same `key`; every other row of `old` stays
+    (Liger-Kernel's benchmark CSV convention). Callers type and sort the result."""
+    if old.empty:
+        return new.reset_index(drop=True)
+    same = pd.MultiIndex.from_frame(old[key]).isin(pd.MultiIndex.from_frame(new[key]))
+    return pd.concat([old.loc[~same], new], ignore_index=True)
+
+
 def splice_block(text: str, block: str, begin: str, end: str, title: str, before: str | None = None) -> str:
     """`block` between the markers of `text`; without them, a section `## title` holding them,
     put before the heading `before` where the page has it, else at the end."""

@@ -16,7 +16,7 @@ def test_upsert_replaces_only_the_same_key():
     old = pd.DataFrame([_row("vit_tiny", "inference", 1.30, 0.4), _row("vit_tiny", "train", 1.2, 0.5),
                         _row("vit_tiny", "inference", 1.5, 0.4, gpu="NVIDIA H100")])
     new = pd.DataFrame([_row("vit_tiny", "inference", 1.10, 0.4, commit="def5678")])
-    merged = bp.upsert(old, new)
+    merged = bp.upsert_rows(old, new, bp.KEY)
     assert len(merged) == 3
     h200 = merged[(merged["gpu"] == "NVIDIA H200") & (merged["mode"] == "inference")]
     assert h200["overhead"].tolist() == [1.10] and h200["commit"].tolist() == ["def5678"]

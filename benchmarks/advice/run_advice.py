@@ -29,7 +29,7 @@ REPO = HERE.parents[1]
 MODELS_DIR = HERE / "models"
 DEFAULT_CSV = REPO / "benchmarks" / "data" / "advice.csv"
 sys.path.insert(0, str(HERE.parent))
-from docdata import write_csv_atomic  # noqa: E402
+from docdata import upsert_rows, write_csv_atomic  # noqa: E402
 
 KEY = ["model", "kind", "rule_id", "subject", "action", "device_name", "dtype", "mode"]
 VALUES = ["predicted_gain_frac", "measured_gain_frac", "speedup", "speedup_low", "speedup_high", "verdict",
@@ -190,13 +190,7 @@ def read_csv(path: Path) -> pd.DataFrame:
 
 def upsert(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     """`new` replaces the rows of `old` with the same KEY; every other row of `old` stays."""
-    new = new.reindex(columns=COLUMNS)
-    if old.empty:
-        merged = new
-    else:
-        same = pd.MultiIndex.from_frame(old[KEY]).isin(pd.MultiIndex.from_frame(new[KEY]))
-        merged = pd.concat([old.loc[~same], new], ignore_index=True)
-    return sort_rows(merged)
+    return sort_rows(upsert_rows(old, new.reindex(columns=COLUMNS), KEY))
 
 
 def drop_remeasured(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
