@@ -34,6 +34,7 @@ import torch
 from torch.library import CustomOpDef
 
 from reference_kernels.triton._common import INTERPRETED
+from reference_kernels.triton._launch import fast
 
 NAMESPACE = "advisor_kernels"
 
@@ -121,13 +122,14 @@ def launcher(kernel):
     """`kernel` itself, or `wrap_triton(kernel)` while a dispatch mode traces the launch.
 
     AOTAutograd decomposes a triton_op under FunctionalTensorMode (and make_fx under its proxy
-    mode): there the launch must be the traceable wrapper. Everywhere else the raw kernel
-    launches directly; through the wrapper an eager launch would pay the higher-order op's
-    dispatch (~1 ms of host time, torch's own figure).
+    mode): there the launch must be the traceable wrapper. Everywhere else the kernel
+    launches directly, through its cached compiled kernel (_launch.py); through the wrapper an
+    eager launch would pay the higher-order op's dispatch (~1 ms of host time, torch's own
+    figure).
     """
     if USE_TRITON_OP and torch._C._len_torch_dispatch_stack():
         return torch.library.wrap_triton(kernel)
-    return kernel
+    return fast(kernel)
 
 
 KERNEL_MODULES = ("softmax", "norm", "gelu", "silu", "swiglu", "cross_entropy", "matmul")
