@@ -14,6 +14,8 @@ from typing import Callable, Mapping
 
 import torch
 
+from reference_kernels.routes import routes
+
 # Per-dtype tolerances: (rtol on the relative error norm ||out-ref||/||ref||, atol elementwise)
 Tolerances = Mapping[str, tuple[float, float]]
 DEFAULT_TOLERANCES: Tolerances = {
@@ -134,15 +136,23 @@ class KernelSpec:
     def reason_if_unsatisfied(self, device: str = "cuda") -> str | None:
         return self.capability.reason_if_unsatisfied(device)
 
-    def eager_route(self, rows: int, cols: int, dtype: torch.dtype | str) -> str:
-        """Why a (rows, cols) call of `dtype` goes to eager instead ("" when it stays here)."""
+    def eager_route(self, rows: int, cols: int, dtype: torch.dtype | str, grad: bool = False,
+                    device: str = "cuda") -> str:
+        """Why a (rows, cols) call of `dtype` goes to eager instead ("" when it stays here).
+
+        `grad`: the call needs a gradient (its measured pass is then fwd+bwd). Beyond the
+        spec's own `refuses` and `loses`, CUDA calls follow the routes measured on a GPU
+        (reference_kernels/routes.py); the CPU interpreter runs kernels to check them, not
+        for speed, so no measured route applies there."""
         for c in self.refuses:
             if c.matches(rows, cols, dtype):
                 return f"{EAGER_ROUTE}{self.id} cannot take {c.name}"
         for loss in self.loses:
             if loss.shape_class.matches(rows, cols, dtype):
                 return EAGER_ROUTE + loss.reason(self.id)
-        return ""
+        table = routes().get(self.id) if device == "cuda" else None
+        reason = table.eager_reason(rows, cols, _dtype_name(dtype), grad) if table else ""
+        return EAGER_ROUTE + reason if reason else ""
 
     def load(self) -> Callable:
         return _resolve(self.loader)
@@ -153,6 +163,10 @@ class KernelSpec:
     def tolerance(self, dtype: torch.dtype | str) -> tuple[float, float]:
         name = str(dtype).replace("torch.", "")
         return self.tolerances.get(name, DEFAULT_TOLERANCES["float32"])
+
+
+def _dtype_name(dtype: torch.dtype | str) -> str:
+    return str(dtype).replace("torch.", "")
 
 
 def _resolve(dotted: str) -> Callable:

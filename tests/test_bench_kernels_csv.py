@@ -208,17 +208,20 @@ def test_renderer_writes_between_markers_and_nothing_without_data(tmp_path, caps
     docs = tmp_path / "benchmarks.md"
     docs.write_text(f"# B\n\nbefore\n\n{rk.BEGIN}\nold\n{rk.END}\n\nafter\n")
     absent = tmp_path / "none.csv"
-    assert rk.main(["--csv", str(absent), "--docs", str(docs)]) == 1
+    routes = ["--routes", str(tmp_path / "routes.csv")]
+    assert rk.main(["--csv", str(absent), "--docs", str(docs), *routes]) == 1
     assert "old" in docs.read_text()  # untouched
     assert "no measurements" in capsys.readouterr().out
     empty = tmp_path / "empty.csv"
     empty.write_text(",".join(bk.COLUMNS) + "\n")
-    assert rk.main(["--csv", str(empty), "--docs", str(docs)]) == 1
+    assert rk.main(["--csv", str(empty), "--docs", str(docs), *routes]) == 1
+    assert not (tmp_path / "routes.csv").exists()
     assert "old" in docs.read_text()
     path = tmp_path / "kernels.csv"
     bk.write_atomic(_hand_made(), path)
-    assert rk.main(["--csv", str(path), "--docs", str(docs)]) == 0
-    assert rk.main(["--csv", str(path), "--docs", str(docs), "--check"]) == 1  # 40 % < 90 %
+    assert rk.main(["--csv", str(path), "--docs", str(docs), *routes]) == 0
+    assert rk.main(["--csv", str(path), "--docs", str(docs), "--check", *routes]) == 1  # 40 % < 90 %
+    assert "kernel,dtype,pass,rows,cols,route" in (tmp_path / "routes.csv").read_text()
     text = docs.read_text()
     assert "old" not in text and text.startswith("# B\n\nbefore") and text.endswith("after\n")
     assert "**2 of 5**" in text and "40.0%" in text and "not met" in text

@@ -17,6 +17,7 @@ KERNELS_JSON_VERSION = 2  # 2: an object with "kernels" (was a bare list), schem
 
 if TYPE_CHECKING:
     from reference_kernels.registry import KernelSpec
+    from reference_kernels.routes import RouteTable
 
 
 # The registry imports torch, which `advisor kernels --help` must not: it is looked up on use.
@@ -24,6 +25,12 @@ def all_kernels() -> tuple[KernelSpec, ...]:
     from reference_kernels import registry
 
     return registry.all_kernels()
+
+
+def routes() -> dict[str, RouteTable]:
+    from reference_kernels import routes as measured
+
+    return measured.routes()
 
 
 def get_kernel(kernel_id: str) -> KernelSpec:
@@ -89,14 +96,25 @@ def _print_list(device: str, as_json: bool) -> None:
     table.add_column("replaces", overflow="fold")
     table.add_column("dtypes", no_wrap=True)
     table.add_column("bwd", no_wrap=True)
+    table.add_column("to eager at", no_wrap=True)
     table.add_column("status", overflow="fold", ratio=1)
+    tables = routes()
     for spec in specs:
         reason = spec.reason_if_unsatisfied(device)
         dtypes = ",".join(_SHORT_DTYPES.get(d, d) for d in spec.dtypes)
         table.add_row(spec.id, _replaces(spec), dtypes,
-                      "yes" if spec.has_backward else "no",
+                      "yes" if spec.has_backward else "no", _eager_text(tables.get(spec.id)),
                       "ok" if reason is None else f"[yellow]{reason}[/]")
     console.out.print(table)
+    console.out.print("to eager at: measured shapes where the kernel lost to eager, so try-kernel "
+                      "runs eager for calls nearest to them (benchmarks/data/kernels.csv; `-` not "
+                      "measured).")
+
+
+def _eager_text(table: RouteTable | None) -> str:
+    if table is None:
+        return "-"
+    return ", ".join(f"{p} {e}/{n}" for p, (e, n) in table.eager_counts().items())
 
 
 _SHORT_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
@@ -115,7 +133,10 @@ def _spec_dict(spec: KernelSpec, device: str) -> dict:
             # shape classes try-kernel leaves to eager: measured losses (with their source), limits
             "loses": [{"shape_class": loss.shape_class.name, "figure": loss.figure, "source": loss.source,
                        "path": loss.path} for loss in spec.loses],
-            "refuses": [c.name for c in spec.refuses]}
+            "refuses": [c.name for c in spec.refuses],
+            # measured routes: {pass: {"eager": shapes routed to eager, "measured": shapes}}
+            "measured_routes": {p: {"eager": e, "measured": n} for p, (e, n) in
+                                (routes()[spec.id].eager_counts().items() if spec.id in routes() else ())}}
 
 
 @kernels_app.command("verify")

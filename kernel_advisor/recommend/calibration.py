@@ -60,7 +60,7 @@ def calibrated(gain: GainEstimate, action: str, device_type: str, row_time_per_s
                table: Mapping[str, Mapping[str, ActionScale]] | None = None) -> GainEstimate:
     """`gain` scaled by its action's fitted factor on this device type; each op's saving stays below its time."""
     fit = (active_calibration() if table is None else table).get(device_type, {}).get(action_family(action))
-    if fit is None or gain.saving_per_step_s is None or fit.scale == 1.0:
+    if fit is None or gain.saving_per_step_s is None or fit.scale == 1.0 or gain.measured:
         return gain
     rows = {}
     for row, saving in gain.row_saving_per_step_s.items():

@@ -83,11 +83,12 @@ def evaluate_rule(engine: Engine, rule: Rule, subject: Subject) -> tuple[tuple[C
     return checks + (Check("kernel", f"{want} covering it (dtype, capability)", found, spec is not None),), spec
 
 
-def _recommend(engine: Engine, rule: Rule, subject: Subject, checks: tuple[Check, ...],
+def recommendation(engine: Engine, rule: Rule, subject: Subject, checks: tuple[Check, ...],
                spec: KernelSpec | None) -> Recommendation:
     ctx = engine.ctx
     action = _action_of(rule, spec)
-    gain = calibrated(estimate_gain(rule.gain, subject, ctx, engine.ops), action["action"], ctx.device_type,
+    gain = calibrated(estimate_gain(rule.gain, subject, ctx, engine.ops, spec.id if spec else None),
+                      action["action"], ctx.device_type,
                       subject.row_time_per_step_s)
     evidence = evidence_with_gain(dict(subject.evidence), gain, ctx)
     command = None
@@ -123,7 +124,7 @@ def _fired(engine: Engine) -> list[Recommendation]:
         for subject in engine.subjects.of_scope(rule.scope):
             checks, spec = evaluate_rule(engine, rule, subject)
             if all(c.ok for c in checks):
-                rec = _recommend(engine, rule, subject, checks, spec)
+                rec = recommendation(engine, rule, subject, checks, spec)
                 if not claims_nothing(rec):
                     out.append(rec)
     return out

@@ -13,9 +13,11 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 
 from kernel_advisor.recommend.evidence import RunContext
+from kernel_advisor.recommend.kernel_gain import kernel_point_lookup, measured_saving, rows_by_id
 from kernel_advisor.recommend.schema import GainSpec
 from kernel_advisor.recommend.subjects import Subject
 
+MEASURED_KERNEL = "measured-kernel"  # a kernel rung's saving from the kernel's own sweep
 HOST_GAPS = "host-gaps"  # pseudo-row: device idle time between kernels, what CUDA graphs remove
 EXPOSED_COMM = "exposed-comm"  # pseudo-row: communication no compute hides (distributed runs)
 
@@ -25,6 +27,7 @@ class GainEstimate:
     saving_per_step_s: float | None  # None: this run lacks what the model needs
     row_saving_per_step_s: Mapping[str, float]
     basis: str
+    measured: bool = False  # read off measurements of the fix itself: no fitted scale applies
 
 
 def _unknown(why: str) -> GainEstimate:
@@ -184,7 +187,33 @@ MODELS: Mapping[str, Callable[[GainSpec, Subject, RunContext, pd.DataFrame], Gai
 }
 
 
-def estimate_gain(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame) -> GainEstimate:
+def _measured_kernel(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame,
+                     kernel_id: str | None) -> GainEstimate:
+    """The kernel's own sweep at the op's shape (recommend/kernel_gain.py); else the roofline."""
+    lookup = kernel_point_lookup(kernel_id) if kernel_id and subject.scope == "op" else None
+    rows = rows_by_id(ops) if lookup else {}
+    savings, whys = {}, []
+    for row_id, time_s in subject.row_time_per_step_s.items():
+        row = rows.get(row_id)
+        got = measured_saving(str(row.get("name", "")), row.get("input_shapes"),
+                              str(subject.evidence.get("dtype") or ""), ctx.mode == "train",
+                              time_s, lookup) if row else None
+        if got is None:
+            roof = _roofline(spec, subject, ctx, ops)
+            why = f"the sweep did not measure {kernel_id} here" if kernel_id else "no kernel"
+            return GainEstimate(roof.saving_per_step_s, roof.row_saving_per_step_s, f"{roof.basis} ({why})")
+        savings[str(row_id)] = got[0]
+        whys.append(got[1])
+    return GainEstimate(sum(savings.values()), {r: v for r, v in savings.items() if v > 0},
+                        f"{kernel_id} measured (benchmarks/data/kernels.csv): {'; '.join(whys)}",
+                        measured=True)
+
+
+def estimate_gain(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame,
+                  kernel_id: str | None = None) -> GainEstimate:
+    """`kernel_id`: the bundled kernel a kernel rung resolved to (the measured-kernel model's)."""
+    if spec.model == MEASURED_KERNEL:
+        return _measured_kernel(spec, subject, ctx, ops, kernel_id)
     return MODELS[spec.model](spec, subject, ctx, ops)
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from kernel_advisor.recommend.conditions import Check
-from kernel_advisor.recommend.engine import Engine, Recommendation, evaluate_rule
+from kernel_advisor.recommend.engine import Engine, Recommendation, evaluate_rule, recommendation
 from kernel_advisor.recommend.schema import LADDER, Rule
 from kernel_advisor.recommend.subjects import Subject
 
@@ -67,11 +67,12 @@ def _nearest_miss(engine: Engine, tier: str, op: Subject) -> str:
     best: tuple[int, str] | None = None
     for rule in (r for r in engine.rules if r.tier == tier):
         if rule.scope == "op":
-            checks, _ = evaluate_rule(engine, rule, op)
+            checks, spec = evaluate_rule(engine, rule, op)
             if any(c.key == "ops" and not c.ok for c in checks):
                 continue
             candidates = [checks]
         elif rule.scope == "pattern":
+            spec = None
             subjects = [s for s in engine.subjects.patterns if row_id in s.row_time_per_step_s]
             candidates = [evaluate_rule(engine, rule, s)[0] for s in subjects]
             candidates = [c for c in candidates if not any(x.key == "pattern" and not x.ok for x in c)]
@@ -81,10 +82,19 @@ def _nearest_miss(engine: Engine, tier: str, op: Subject) -> str:
             continue
         for checks in candidates:
             failing = _failing(checks)
-            why = _describe_miss(rule, failing) if failing else f"{rule.id} applies but estimates no saving here"
+            why = _describe_miss(rule, failing) if failing else _no_saving(engine, rule, op, checks, spec)
             if best is None or len(failing) < best[0]:
                 best = (len(failing), why)
     return best[1] if best else f"no {tier} rule covers {op.evidence['name']}"
+
+
+def _no_saving(engine: Engine, rule, op: Subject, checks, spec) -> str:
+    """A rule that applies but claims nothing: its gain model's own reason (a kernel that lost
+    to eager at the nearest measured shape says so, with both times)."""
+    if rule.scope != "op":
+        return f"{rule.id} applies but estimates no saving here"
+    rec = recommendation(engine, rule, op, checks, spec)
+    return f"{rule.id} applies but estimates no saving here: {rec.gain_basis}"
 
 
 def _passed_over(engine: Engine, op: Subject, recs: Sequence[Recommendation], tiers: Sequence[str],

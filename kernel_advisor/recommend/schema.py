@@ -32,6 +32,7 @@ VERSION1_ACTION_REASON = "the rule file is version 1, which declares no actions"
 GAIN_MODELS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {
     "none": (SCOPES, (), ()),
     "roofline": (("op", "pattern"), ("target_efficiency_frac",), ()),
+    "measured-kernel": (("op",), ("target_efficiency_frac",), ()),
     "fusion-bytes": (("pattern",), (), ()),
     "fused-roofline": (("pattern",), ("target_efficiency_frac",), ()),
     "fraction": (SCOPES, ("value",), ("value",)),

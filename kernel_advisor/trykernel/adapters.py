@@ -72,7 +72,8 @@ def _trailing_dims(x: torch.Tensor, normalized_shape) -> str:
 
 # A call's shape as the kernel sees it: (rows, reduced length, dtype); None: not a row op.
 RowShape = Callable[[dict], "tuple[int, int, torch.dtype] | None"]
-Route = Callable[[int, int, torch.dtype], str]  # KernelSpec.eager_route: "" or why eager
+# KernelSpec.eager_route: (rows, cols, dtype, a gradient is needed, device type) -> "" or why
+Route = Callable[[int, int, torch.dtype, bool, str], str]
 
 
 def row_shape_of(x: torch.Tensor, cols: int) -> tuple[int, int, torch.dtype]:
@@ -89,6 +90,11 @@ def norm_rows(full: dict) -> tuple[int, int, torch.dtype]:
     return row_shape_of(full["input"], math.prod(int(d) for d in full["normalized_shape"]))
 
 
+def needs_grad(*tensors: torch.Tensor | None) -> bool:
+    """The call records a backward: its measured pass is fwd+bwd, not fwd."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def routed(prepare: Prepare, row_shape: RowShape | None, route: Route | None) -> Prepare:
     """`prepare`, then the registry's shape classes: a call in one the kernel loses (or cannot
     take) goes to eager, its reason starting with registry.EAGER_ROUTE."""
@@ -99,7 +105,9 @@ def routed(prepare: Prepare, row_shape: RowShape | None, route: Route | None) ->
         plan = prepare(full)
         if isinstance(plan, str):
             return plan
-        return route(*row_shape(full)) or plan
+        tensors = [v for v in full.values() if isinstance(v, torch.Tensor)]
+        device = tensors[0].device.type if tensors else "cpu"
+        return route(*row_shape(full), needs_grad(*tensors), device) or plan
 
     return prepare_routed
 

@@ -29,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.profiler import record_function
 
-from kernel_advisor.trykernel.adapters import Route, row_shape_of, unsupported_input
+from kernel_advisor.trykernel.adapters import Route, needs_grad, row_shape_of, unsupported_input
 from kernel_advisor.trykernel.calls import CallLog, invoke, reentrant
 from kernel_advisor.trykernel.patterns import (PatternMatch, ResidualNormMatch, RMSNormMatch, SwiGLUMatch,
                                                trace_one_level)
@@ -55,7 +55,7 @@ class ModuleSwap:
         reason = unsupported_input(x, self.dtypes, self.has_backward, True, *others)
         if reason or self.route is None:
             return reason
-        return self.route(*row_shape_of(x, x.shape[-1]))
+        return self.route(*row_shape_of(x, x.shape[-1]), needs_grad(x, *others), x.device.type)
 
 
 def marker_name(pattern: str) -> str:

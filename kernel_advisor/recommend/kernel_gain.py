@@ -1,0 +1,70 @@
+"""The kernel rung's gain from the kernel's own measurements, not a target efficiency.
+
+The side-by-side sweep (benchmarks/data/kernels.csv, shipped as reference_kernels/data/routes.csv)
+timed every bundled kernel and eager PyTorch at the same shapes. An op row of the run is placed
+at the nearest measured shape of its kernel, dtype and pass (reference_kernels/routes.py) and
+its saving is its own device time scaled by what the kernel saved against eager there:
+time × (1 − kernel_ms / eager_ms). Where the kernel lost, or the registry routes the shape to
+eager anyway, the saving is zero and the basis says why. A kernel or op shape the sweep never
+measured keeps the roofline model.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+
+from kernel_advisor.recommend.evidence import decoded
+from kernel_advisor.recommend.kernels import op_family
+
+NORMS = {"layer_norm", "rms_norm"}
+
+
+def row_shape(name: str, shapes: Any) -> tuple[int, int] | None:
+    """(rows, cols) of an op call as the kernels see it: cols is the reduced length (a norm's
+    normalized size, softmax's and cross-entropy's last dim), the row length of an elementwise op."""
+    tensors = [s for s in decoded(shapes) if isinstance(s, list)]
+    x = tensors[0] if tensors else []
+    if not x or not all(isinstance(d, int) and d > 0 for d in x):
+        return None
+    numel = math.prod(x)
+    family = op_family(name)
+    cols = x[-1]
+    if family in NORMS and len(tensors) > 2 and tensors[2]:
+        # NB: the normalized shape is recorded as an empty list; the weight has its shape.
+        # Without a weight a multi-dim normalized shape reads as its last dim.
+        cols = math.prod(tensors[2])
+    # NB: softmax over another dim reads as last-dim rows; try-kernel keeps such calls on eager.
+    return (numel // cols, cols) if cols and numel % cols == 0 else None
+
+
+def measured_saving(name: str, shapes: Any, dtype: str, train: bool, time_s: float,
+                    point_of: Callable[[int, int, str, bool], Any]) -> tuple[float, str] | None:
+    """(saving per step, why) of one op row, or None when the sweep has nothing to say."""
+    shape = row_shape(name, shapes)
+    point = point_of(*shape, dtype, train) if shape else None
+    if point is None:
+        return None
+    where = (f"{point.rows}x{point.cols} {'fwd+bwd' if train else 'fwd'}, nearest to "
+             f"{shape[0]}x{shape[1]} ({point.commit})")
+    if point.route == "eager" or not point.kernel_ms < point.eager_ms:
+        kernel = "wrong or refused" if math.isnan(point.kernel_ms) else f"{point.kernel_ms * 1e3:.1f} us"
+        return 0.0, f"lost to eager at {where}: {kernel} against {point.eager_ms * 1e3:.1f} us"
+    frac = 1.0 - point.kernel_ms / point.eager_ms
+    return time_s * frac, (f"{frac:.0%} less than eager at {where}: {point.kernel_ms * 1e3:.1f} "
+                           f"against {point.eager_ms * 1e3:.1f} us")
+
+
+def kernel_point_lookup(kernel_id: str) -> Callable[[int, int, str, bool], Any] | None:
+    """(rows, cols, dtype, train) -> the nearest measured Point of the kernel, or None."""
+    from reference_kernels.routes import routes
+
+    table = routes().get(kernel_id)
+    return table.point if table is not None else None
+
+
+def rows_by_id(ops: pd.DataFrame) -> Mapping[int, dict]:
+    if "row_id" not in ops:
+        return {}
+    return {int(r["row_id"]): r for r in ops.to_dict("records")}

@@ -1,0 +1,137 @@
+"""Where each bundled kernel was measured to lose to eager PyTorch: data/routes.csv.
+
+benchmarks/render_kernels.py writes the file from benchmarks/data/kernels.csv: one row per
+kernel, dtype, pass (fwd, fwd+bwd) and measured shape, with the kernel's and eager's times
+and which was faster. A call goes where the measured shape nearest to it went, distance
+taken in (log2 rows, log2 cols): launch cost and parallelism scale with sizes, not with their
+differences. The file's points are the sweep's, so the classes are the cells around them;
+calls far larger than any measured shape keep the kernel (BEYOND_SWEEP).
+
+NB: float16 calls follow the bfloat16 points (same element size; the sweep measures bfloat16
+and float32), and a dtype or pass without points keeps the kernel. The points were measured
+on one GPU (the file's `gpu` column); other GPUs follow them too, which the reason says.
+
+Importing this module imports neither triton nor pandas: the registry reads it on every
+try-kernel call it routes, and caches the answer per (rows, cols, dtype, pass).
+"""
+from __future__ import annotations
+
+import csv
+import functools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+ROUTES_CSV = Path(__file__).resolve().parent / "data" / "routes.csv"
+FIELDS = ("kernel", "dtype", "pass", "rows", "cols", "route", "kernel_ms", "eager_ms", "gpu",
+          "commit")
+ROUTES = ("kernel", "eager")
+PASSES = ("fwd", "fwd+bwd")
+_DTYPE_POINTS = {"float16": "bfloat16"}
+# NB: a call this many times larger than the largest measured shape keeps the kernel: the sweep
+# stops at 64 MiB tensors, past which every kernel is bandwidth-bound and launch cost no
+# longer decides (benchmarks/studies/row_shapes.py: softmax 16x4194304 bf16 175 us against
+# eager's 1078 us), so the nearest point, a host-bound one, would route it wrongly.
+BEYOND_SWEEP = 2  # the dtype whose points a call of this dtype follows
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured shape of one kernel, dtype and pass."""
+
+    rows: int
+    cols: int
+    route: str  # "kernel" or "eager"
+    kernel_ms: float  # NaN when the kernel was wrong or refused there
+    eager_ms: float
+    gpu: str
+    commit: str
+
+    def reason(self, kernel_id: str, dtype: str, pass_: str) -> str:
+        kernel = "wrong or refused" if math.isnan(self.kernel_ms) else f"{self.kernel_ms * 1e3:.1f} us"
+        return (f"{kernel_id} loses at {self.rows}x{self.cols} {dtype} {pass_}, the nearest "
+                f"measured shape ({kernel} against eager's {self.eager_ms * 1e3:.1f} us; "
+                f"benchmarks/data/kernels.csv, {self.gpu}, commit {self.commit})")
+
+
+def nearest(points: tuple[Point, ...], rows: int, cols: int) -> Point:
+    """The point closest to (rows, cols) in (log2 rows, log2 cols); ties go to the first."""
+    lr, lc = math.log2(max(rows, 1)), math.log2(max(cols, 1))
+    return min(points, key=lambda p: (math.log2(p.rows) - lr) ** 2 + (math.log2(p.cols) - lc) ** 2)
+
+
+class RouteTable:
+    """The points of one kernel, by (dtype, pass); `eager_reason` answers one call."""
+
+    def __init__(self, kernel_id: str, points: dict[tuple[str, str], tuple[Point, ...]]):
+        self.kernel_id, self.points = kernel_id, points
+        self._answers: dict[tuple[int, int, str, bool], str] = {}
+
+    def eager_reason(self, rows: int, cols: int, dtype: str, grad: bool) -> str:
+        """Why a call goes to eager ("" when the kernel keeps it)."""
+        key = (rows, cols, dtype, grad)
+        answer = self._answers.get(key)
+        if answer is None:
+            answer = self._answers[key] = self._decide(rows, cols, dtype, grad)
+        return answer
+
+    def eager_counts(self) -> dict[str, tuple[int, int]]:
+        """{pass: (measured shapes routed to eager, measured shapes)} over every dtype."""
+        out: dict[str, tuple[int, int]] = {}
+        for (_, pass_), points in sorted(self.points.items()):
+            eager, n = out.get(pass_, (0, 0))
+            out[pass_] = (eager + sum(p.route == "eager" for p in points), n + len(points))
+        return out
+
+    def point(self, rows: int, cols: int, dtype: str, grad: bool) -> Point | None:
+        """The measured point a call follows, or None: no points for its dtype and pass, or a
+        call far past the sweep (BEYOND_SWEEP), where the kernel keeps it."""
+        points = self.points.get((_DTYPE_POINTS.get(dtype, dtype), "fwd+bwd" if grad else "fwd"))
+        if not points or rows < 1 or cols < 1:
+            return None
+        if rows * cols > BEYOND_SWEEP * max(p.rows * p.cols for p in points):
+            return None
+        return nearest(points, rows, cols)
+
+    def _decide(self, rows: int, cols: int, dtype: str, grad: bool) -> str:
+        point = self.point(rows, cols, dtype, grad)
+        if point is None or point.route != "eager":
+            return ""
+        return point.reason(self.kernel_id, _DTYPE_POINTS.get(dtype, dtype), "fwd+bwd" if grad else "fwd")
+
+
+class RoutesFileError(ValueError):
+    """routes.csv is not what this version writes: regenerate it (benchmarks/render_kernels.py)."""
+
+
+def read_routes(path: Path = ROUTES_CSV) -> dict[str, RouteTable]:
+    """{kernel id: RouteTable}; {} when the file is absent. A malformed file raises."""
+    if not path.is_file():
+        return {}
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        if tuple(reader.fieldnames or ()) != FIELDS:
+            raise RoutesFileError(f"{path}: columns {reader.fieldnames}, expected {list(FIELDS)}")
+        rows = [_point(path, n, r) for n, r in enumerate(reader, start=2)]
+    grouped: dict[str, dict[tuple[str, str], list[Point]]] = {}
+    for kernel, dtype, pass_, point in rows:
+        grouped.setdefault(kernel, {}).setdefault((dtype, pass_), []).append(point)
+    return {k: RouteTable(k, {key: tuple(ps) for key, ps in by.items()}) for k, by in grouped.items()}
+
+
+def _point(path: Path, line: int, r: dict) -> tuple[str, str, str, Point]:
+    try:
+        point = Point(int(r["rows"]), int(r["cols"]), r["route"], float(r["kernel_ms"] or "nan"),
+                      float(r["eager_ms"]), r["gpu"], r["commit"])
+    except ValueError as e:
+        raise RoutesFileError(f"{path}:{line}: {e}") from None
+    if point.route not in ROUTES or r["pass"] not in PASSES or point.rows < 1 or point.cols < 1:
+        raise RoutesFileError(f"{path}:{line}: route {point.route!r}, pass {r['pass']!r}, "
+                              f"shape {point.rows}x{point.cols}")
+    return r["kernel"], r["dtype"], r["pass"], point
+
+
+@functools.lru_cache(maxsize=1)
+def routes() -> dict[str, RouteTable]:
+    """The shipped routes, read once."""
+    return read_routes(ROUTES_CSV)
