@@ -17,7 +17,6 @@ try-kernel call it routes, and caches the answer per (rows, cols, dtype, pass).
 from __future__ import annotations
 
 import csv
-import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,7 +130,17 @@ def _point(path: Path, line: int, r: dict) -> tuple[str, str, str, Point]:
     return r["kernel"], r["dtype"], r["pass"], point
 
 
-@functools.lru_cache(maxsize=1)
+_SHIPPED: dict[str, RouteTable] | None = None
+
+
 def routes() -> dict[str, RouteTable]:
-    """The shipped routes, read once."""
-    return read_routes(ROUTES_CSV)
+    """The shipped routes, read once.
+
+    NB: a module global, not functools.lru_cache: try-kernel's compile + kernel variant routes
+    calls inside code Dynamo traces, and Dynamo traces through an lru_cache wrapper (reading the
+    file there is a graph break); a global it only reads. try-kernel loads the routes before it
+    compiles anything."""
+    global _SHIPPED
+    if _SHIPPED is None:
+        _SHIPPED = read_routes(ROUTES_CSV)
+    return _SHIPPED

@@ -7,9 +7,19 @@ import torch
 from typer.testing import CliRunner
 
 import kernel_advisor.cli
-from reference_kernels.registry import get_kernel
+from reference_kernels import registry
+from reference_kernels.registry import EAGER_ROUTE, get_kernel
+from reference_kernels.routes import Point, RouteTable
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+
+@pytest.fixture(autouse=True)
+def kernels_everywhere(request, monkeypatch):
+    """These tests check substitution itself, so the measured routes (which send most host-bound
+    shapes to eager) are off unless a test asks for them with @pytest.mark.routes."""
+    if "routes" not in request.keywords:
+        monkeypatch.setattr(registry, "routes", lambda: {})
 
 LAYERNORM_MODEL = textwrap.dedent("""
     import torch, torch.nn as nn
@@ -110,3 +120,16 @@ def test_compile_plus_kernel_is_timed_against_torch_compile(examples_dir, adviso
     e = with_kernel["speedup_vs_compile"]
     assert e["low"] <= e["value"] <= e["high"] and with_kernel["verdict_vs_compile"]
     assert any("against torch.compile alone" in n for n in out["notes"])
+
+
+@pytest.mark.routes
+def test_routed_calls_run_eager_and_say_so(examples_dir, advisor_home, monkeypatch):
+    # A table whose only point says the kernel lost: every rms_norm call goes to eager.
+    lost = Point(4096, 4096, "eager", 0.09, 0.03, "GPU X", "abc1234")
+    table = RouteTable("triton.rms_norm", {("bfloat16", "fwd"): (lost,)})
+    monkeypatch.setattr(registry, "routes", lambda: {"triton.rms_norm": table})
+    variants, _ = run(f"{examples_dir}/gpt_block.py", "triton.rms_norm", "--dtype", "bfloat16")
+    v = variants["triton.rms_norm"]
+    assert v["status"] == "not applied" and v["eager_routed_calls"] == v["fallback_calls"] > 0
+    assert v["reason"].startswith("every call fell back to PyTorch: " + EAGER_ROUTE)
+    assert "triton.rms_norm loses at 4096x4096 bfloat16 fwd" in v["reason"] and "90.0 us" in v["reason"]

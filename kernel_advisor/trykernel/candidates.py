@@ -22,6 +22,7 @@ from kernel_advisor.trykernel.substitute_aten import (AtenAdapter, override_aten
                                                       user_adapter)
 from kernel_advisor.trykernel.substitute_module import ModuleSwap, marker_name, swap_modules
 from reference_kernels.registry import DEFAULT_TOLERANCES, KernelSpec
+from reference_kernels.routes import routes as measured_routes
 
 Tolerance = Callable[[torch.dtype], tuple[float, float]]
 
@@ -101,6 +102,7 @@ def from_spec(spec: KernelSpec, matches: Sequence[PatternMatch]) -> Candidate:
                                          "install what it needs (see `advisor kernels`)") from e
     own = tuple(m for m in matches if m.pattern in spec.replaces_patterns)
     unknown = tuple(p for p in spec.replaces_patterns if p not in PATTERN_NAMES and p not in ATEN_PATTERNS)
+    measured_routes()  # read now: the compile + kernel variant routes calls inside traced code
     return Candidate(id=spec.id, title=spec.title, origin="reference", backend=spec.capability.backend, fn=fn,
                      aten=tuple(dict((a.name, a) for a in adapters).values()), patterns=own,
                      dtypes=spec.dtypes, has_backward=spec.has_backward, tolerance=spec_tolerance(spec),
