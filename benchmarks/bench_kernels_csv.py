@@ -47,6 +47,10 @@ internet: download the wheel where there is one and install it there without dep
     PYTHONPATH=/tmp/liger:$PWD python benchmarks/bench_kernels_csv.py ...
 (benchmarks/gpu_pass.sh's kernels_csv step does this when .wheels/ holds the wheel.)
 A copy of the tree without .git: ADVISOR_COMMIT=<short hash> stamps the commit measured.
+`--providers P ...` measures only those. torch.compile always runs in a process of its own,
+after the others (a run started with every provider starts it itself): once Dynamo has run in a
+process, every Python-level call there costs more host time, which would charge compile's cost
+to the Python launchers of the bundled kernels and Liger (main's NB has the figures).
 One device call per op group, its CSV under $OUT, merged here afterwards:
     ADVISOR_COMMIT=<hash> PYTHONPATH=/tmp/liger:$PWD python benchmarks/bench_kernels_csv.py \
         --ops norms --csv $OUT/kernels.csv
@@ -534,11 +538,11 @@ def timed_call(fn: Callable, op: str, args: tuple, pass_: str, upstream) -> Call
 # ---------------------------------------------------------------- providers
 
 def provider_fns(op: str, dtype: str, pass_: str, device: str, reg, liger_ok: bool,
-                 compiled: dict) -> dict[str, Callable | str]:
-    """{provider: callable, or the reason it cannot run here (a refused row)}."""
+                 compiled: dict, only: Iterable[str] = PROVIDERS) -> dict[str, Callable | str]:
+    """{provider: callable, or the reason it cannot run here (a refused row)}, of `only`."""
     specs = reg[op]
     out: dict[str, Callable | str] = {}
-    for provider in providers_of(op, pass_, reg, liger_ok):
+    for provider in (p for p in providers_of(op, pass_, reg, liger_ok) if p in only):
         if provider.startswith("ours_"):
             spec = specs[provider[5:]]
             reason = spec.reason_if_unsatisfied(device)
@@ -720,22 +724,26 @@ def units(cell_list: list[Cell]) -> list[tuple[tuple[str, str, str], list[Cell]]
 
 
 def run(cell_list: list[Cell], csv: Path, device: str, timing: Timing, liger_version: str,
-        budget_s: float | None = None, started: float | None = None) -> list[tuple]:
+        budget_s: float | None = None, started: float | None = None,
+        providers: tuple[str, ...] = PROVIDERS) -> list[tuple]:
     """Measure unit by unit, upserting each into csv; returns the units left out by the budget."""
     reg = registry_ops()
     started = time.perf_counter() if started is None else started
-    for name in ("recompile_limit", "cache_size_limit"):  # a unit's shapes must not exhaust it:
-        if hasattr(torch._dynamo.config, name):  # past it dynamo silently runs eager instead
-            setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
+    compiling = "compile" in providers
+    if compiling:
+        for name in ("recompile_limit", "cache_size_limit"):  # a unit's shapes must not exhaust
+            if hasattr(torch._dynamo.config, name):  # it: past it dynamo silently runs eager
+                setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
     left: list[tuple] = []
     for (op, pass_, dtype), unit_cells in units(cell_list):
         if budget_s is not None and time.perf_counter() - started > budget_s:
             left.append((op, pass_, dtype))
             continue
         t0 = time.perf_counter()
-        torch._dynamo.reset()  # each unit compiles afresh (one code object per reference fn)
+        if compiling:
+            torch._dynamo.reset()  # each unit compiles afresh (one code object per reference fn)
         compiled: dict = {}
-        fns = provider_fns(op, dtype, pass_, device, reg, bool(liger_version), compiled)
+        fns = provider_fns(op, dtype, pass_, device, reg, bool(liger_version), compiled, providers)
         rows = []
         for cell in unit_cells:
             rows += measure_cell(cell, fns, timing, device, reg)
@@ -752,6 +760,31 @@ def run(cell_list: list[Cell], csv: Path, device: str, timing: Timing, liger_ver
               f"{len(rows)} rows in {time.perf_counter() - t0:.0f} s"
               + (f"; not ok: {', '.join(bad)}"[:400] if bad else ""), flush=True)
     return left
+
+
+def compile_process(argv: list[str] | None, started: float, budget_s: float | None) -> int:
+    """The same sweep for the compile provider alone, in a fresh process (see main's NB), with
+    the budget left over; its exit code (3: it left units out, and printed how to rerun them)."""
+    left_s = max(1.0, budget_s - (time.perf_counter() - started)) if budget_s else 0.0
+    cmd = compile_command(list(sys.argv[1:] if argv is None else argv), left_s)
+    return subprocess.run(cmd, check=False).returncode
+
+
+def compile_command(args: list[str], budget_s: float) -> list[str]:
+    """This script's command line with `--providers compile` and `--budget-s budget_s` in place
+    of its own (0: no budget)."""
+    rest: list[str] = []
+    skip = False
+    for a in args:
+        if a in ("--providers", "--budget-s"):
+            skip = True
+            continue
+        if skip and not a.startswith("--"):
+            continue
+        skip = False
+        rest.append(a)
+    return [sys.executable, str(Path(__file__).resolve()), *rest, "--providers", "compile",
+            "--budget-s", f"{budget_s:.0f}"]
 
 
 def rerun_command(left: list[tuple], args) -> str:
@@ -795,6 +828,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
                     help="start no (op, pass, dtype) unit after this many seconds (0: no limit; "
                          f"default {DEFAULT_BUDGET_S:.0f}, inside the device's 10 min a call)")
+    ap.add_argument("--providers", nargs="+", choices=PROVIDERS, default=list(PROVIDERS),
+                    help="measure only these (default all; compile then runs in a process of its own)")
     ap.add_argument("--plan", action="store_true", help="print the cells and an estimate; no GPU")
     ap.add_argument("--merge", nargs="+", type=Path, metavar="PART_CSV",
                     help="upsert these CSVs (from GPU runs) into --csv; no GPU")
@@ -830,13 +865,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench_kernels_csv: {gpu_name('cuda')}; D2D copy {copy_bps / 1e9:.0f} GB/s; "
           f"do_bench warmup {warmup} ms, rep {rep} ms", flush=True)
     timing = Timing(warmup, rep, copy_bps)
-    left = run(cell_list, args.csv, "cuda", timing, liger_version, args.budget_s or None, started)
+    providers = tuple(args.providers)
+    # NB: once torch.compile has run in a process, every later Python-level call there costs more
+    # host time (H200, torch 2.11: the bundled rms_norm 52 -> 89 us a call after one compiled
+    # cell, eager's C++ path unchanged), which would charge compile's cost to the Triton and
+    # Liger launchers. So compile is measured by a process of its own, after the others.
+    in_process = tuple(p for p in providers if p != "compile") or providers
+    left = run(cell_list, args.csv, "cuda", timing, liger_version, args.budget_s or None, started,
+               in_process)
+    compile_rc = 0
+    if "compile" in providers and in_process != providers:
+        compile_rc = compile_process(argv, started, args.budget_s)
     print(f"bench_kernels_csv: {time.perf_counter() - started:.0f} s; rows in {args.csv}")
     if left:
         print(f"bench_kernels_csv: budget spent; {len(left)} unit(s) not measured: "
               f"{', '.join('/'.join(u) for u in left)}\n  rerun: {rerun_command(left, args)}")
         return 3
-    return 0
+    return 3 if compile_rc == 3 else 0
 
 
 if __name__ == "__main__":

@@ -297,3 +297,10 @@ def test_cpu_check_every_op_tiny_odd_shape(op):
         for provider, row in _measure(op, pass_).items():
             want = "refused" if provider == "ours_cuda" else "ok"
             assert row["status"] == want, (op, pass_, provider, row["reason"])
+
+
+def test_compile_runs_in_a_process_of_its_own_with_the_budget_left():
+    cmd = bk.compile_command(["--ops", "norms", "--providers", "ours_triton", "compile", "--budget-s", "480",
+                              "--csv", "out.csv"], 123.4)
+    assert cmd[2:] == ["--ops", "norms", "--csv", "out.csv", "--providers", "compile", "--budget-s", "123"]
+    assert bk.compile_command([], 0)[2:] == ["--providers", "compile", "--budget-s", "0"]
