@@ -1,8 +1,9 @@
 """Where each bundled kernel was measured to lose to eager PyTorch: data/routes.csv.
 
 benchmarks/render_kernels.py writes the file from benchmarks/data/kernels.csv: one row per
-kernel, dtype, pass (fwd, fwd+bwd) and measured shape, with the kernel's and eager's times
-and which was faster. A call goes where the measured shape nearest to it went, distance
+kernel, dtype, pass (fwd, fwd+bwd) and measured shape, with the kernel's and eager's time per
+call (the longer of GPU time and host time: benchmarks/kernel_routes.py says why) and which was
+faster. A call goes where the measured shape nearest to it went, distance
 taken in (log2 rows, log2 cols): launch cost and parallelism scale with sizes, not with their
 differences. The file's points are the sweep's, so the classes are the cells around them;
 calls far larger than any measured shape keep the kernel (BEYOND_SWEEP).
@@ -41,16 +42,19 @@ class Point:
     rows: int
     cols: int
     route: str  # "kernel" or "eager"
-    kernel_ms: float  # NaN when the kernel was wrong or refused there
+    kernel_ms: float  # per call, the longer of GPU and host time; NaN: wrong or refused there
     eager_ms: float
     gpu: str
     commit: str
 
     def reason(self, kernel_id: str, dtype: str, pass_: str) -> str:
-        kernel = "wrong or refused" if math.isnan(self.kernel_ms) else f"{self.kernel_ms * 1e3:.1f} us"
+        eager = f"{self.eager_ms * 1e3:.1f} us"
+        times = (f"the kernel was wrong or refused there, eager {eager} a call"
+                 if math.isnan(self.kernel_ms) else
+                 f"{self.kernel_ms * 1e3:.1f} us a call against eager's {eager}")
         return (f"{kernel_id} loses at {self.rows}x{self.cols} {dtype} {pass_}, the nearest "
-                f"measured shape ({kernel} against eager's {self.eager_ms * 1e3:.1f} us; "
-                f"benchmarks/data/kernels.csv, {self.gpu}, commit {self.commit})")
+                f"measured shape ({times}; benchmarks/data/kernels.csv, {self.gpu}, commit "
+                f"{self.commit})")
 
 
 def nearest(points: tuple[Point, ...], rows: int, cols: int) -> Point:

@@ -42,9 +42,9 @@ def _table():
 def test_route_table_decides_by_pass_and_dtype():
     t = _table()
     assert t.eager_reason(2, 100, "bfloat16", False).startswith("triton.op loses at 1x127 bfloat16 fwd")
-    assert "20.0 us against eager's 10.0 us" in t.eager_reason(2, 100, "bfloat16", False)
+    assert "20.0 us a call against eager's 10.0 us" in t.eager_reason(2, 100, "bfloat16", False)
     assert t.eager_reason(4000, 4000, "bfloat16", False) == ""
-    assert "wrong or refused against eager's 200.0 us" in t.eager_reason(4000, 4000, "bfloat16", True)
+    assert "the kernel was wrong or refused there, eager 200.0 us a call" in t.eager_reason(4000, 4000, "bfloat16", True)
     assert t.eager_reason(2, 100, "float16", False) != ""  # float16 follows bfloat16's points
     assert t.eager_reason(2, 100, "float32", False) == ""  # no points: the kernel keeps it
     assert t.eager_reason(0, 100, "bfloat16", False) == ""
@@ -110,11 +110,12 @@ def _routes_for(kernel_id):
     return RouteTable(kernel_id, t.points)
 
 
-def _sweep(rows_ms):
-    """kernels.csv rows: (rows, cols, provider, ms) for op softmax, bfloat16, fwd."""
+def _sweep(rows_ms, host_us=5.0):
+    """kernels.csv rows: (rows, cols, provider, ms[, host us]) for op softmax, bfloat16, fwd."""
     return pd.DataFrame([{"op": "softmax", "rows": r, "cols": c, "dtype": "bfloat16", "pass": "fwd",
                           "provider": p, "gpu": "G", "shape_class": "mid", "status": "ok", "reason": "",
-                          "ms": ms, "commit": "abc"} for r, c, p, ms in rows_ms])
+                          "ms": ms, "host_us_per_call": host[0] if host else host_us, "commit": "abc"}
+                         for r, c, p, ms, *host in rows_ms])
 
 
 def test_as_shipped_times_a_routed_cell_as_eager():
@@ -124,6 +125,14 @@ def test_as_shipped_times_a_routed_cell_as_eager():
     assert list(table["route"]) == ["eager", "kernel"]
     shipped = kernel_routes.as_shipped(df).set_index(["rows", "provider"])["ms"]
     assert shipped[(1, "ours_triton")] == 0.01 and shipped[(4096, "ours_triton")] == 0.05
+
+
+def test_host_time_counts_when_it_is_the_longer():
+    # GPU time 20 us against eager's 30, but 60 us of host time a call against eager's 12:
+    # back to back (as inside a host-bound model) the kernel delivers a call every 60 us -> eager.
+    df = _sweep([(2048, 1024, "ours_triton", 0.020, 60.0), (2048, 1024, "eager", 0.030, 12.0)])
+    (row,) = kernel_routes.routes_table(df).itertuples()
+    assert row.route == "eager" and row.kernel_ms == pytest.approx(0.060) and row.eager_ms == pytest.approx(0.030)
 
 
 def test_leave_one_out_routes_each_cell_by_its_neighbours():
