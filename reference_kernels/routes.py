@@ -1,19 +1,25 @@
 """Where each bundled kernel was measured to lose to eager PyTorch: data/routes.csv.
 
 benchmarks/render_kernels.py writes the file from benchmarks/data/kernels.csv: one row per
-kernel, dtype, pass (fwd, fwd+bwd) and measured shape, with the kernel's and eager's time per
-call (the longer of GPU time and host time: benchmarks/kernel_routes.py says why) and which was
-faster. A call goes where the measured shape nearest to it went, distance
-taken in (log2 rows, log2 cols): launch cost and parallelism scale with sizes, not with their
-differences. The file's points are the sweep's, so the classes are the cells around them;
-calls far larger than any measured shape keep the kernel (BEYOND_SWEEP).
+kernel, dtype, pass (fwd, fwd+bwd) and measured shape, with the kernel's and eager's GPU time
+(do_bench's median, L2 flushed) and host time per call. A call goes where the measured shape
+nearest to it went, distance taken in (log2 rows, log2 cols): launch cost and parallelism scale
+with sizes, not with their differences. The file's points are the sweep's, so the classes are
+the cells around them; calls far larger than any measured shape keep the kernel (BEYOND_SWEEP).
+
+Which time decides depends on the model. In a host-bound step (the device busy less than
+HOST_BOUND_BELOW_BUSY_FRAC of it) nothing hides a call's host time, so a call costs the longer
+of its GPU and host time: a Python launcher loses mid sizes there (H200: the bundled gelu made
+a ViT 0.68x as fast while winning the sweep's GPU time). In a device-bound step the GPU queue
+hides the launch and GPU time decides. Without a measured step the host-bound rule holds: it
+never makes a model slower where the other might.
 
 NB: float16 calls follow the bfloat16 points (same element size; the sweep measures bfloat16
 and float32), and a dtype or pass without points keeps the kernel. The points were measured
 on one GPU (the file's `gpu` column); other GPUs follow them too, which the reason says.
 
 Importing this module imports neither triton nor pandas: the registry reads it on every
-try-kernel call it routes, and caches the answer per (rows, cols, dtype, pass).
+try-kernel call it routes, and caches the answer per (rows, cols, dtype, pass, regime).
 """
 from __future__ import annotations
 
@@ -23,16 +29,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROUTES_CSV = Path(__file__).resolve().parent / "data" / "routes.csv"
-FIELDS = ("kernel", "dtype", "pass", "rows", "cols", "route", "kernel_ms", "eager_ms", "gpu",
-          "commit")
-ROUTES = ("kernel", "eager")
+FIELDS = ("kernel", "dtype", "pass", "rows", "cols", "kernel_ms", "kernel_host_ms", "eager_ms",
+          "eager_host_ms", "gpu", "commit")
 PASSES = ("fwd", "fwd+bwd")
-_DTYPE_POINTS = {"float16": "bfloat16"}
+# A step whose device is busy less than this fraction of it is host-bound (as docs/benchmarks.md
+# splits its profiling-overhead workloads).
+HOST_BOUND_BELOW_BUSY_FRAC = 0.8
+_DTYPE_POINTS = {"float16": "bfloat16"}  # the dtype whose points a call of this dtype follows
 # NB: a call this many times larger than the largest measured shape keeps the kernel: the sweep
 # stops at 64 MiB tensors, past which every kernel is bandwidth-bound and launch cost no
 # longer decides (benchmarks/studies/row_shapes.py: softmax 16x4194304 bf16 175 us against
 # eager's 1078 us), so the nearest point, a host-bound one, would route it wrongly.
-BEYOND_SWEEP = 2  # the dtype whose points a call of this dtype follows
+BEYOND_SWEEP = 2
+
+
+def host_bound(device_busy_frac: float | None) -> bool:
+    """Whether a step with this device-busy fraction is host-bound (unknown: assume it is)."""
+    return device_busy_frac is None or device_busy_frac < HOST_BOUND_BELOW_BUSY_FRAC
 
 
 @dataclass(frozen=True)
@@ -41,17 +54,31 @@ class Point:
 
     rows: int
     cols: int
-    route: str  # "kernel" or "eager"
-    kernel_ms: float  # per call, the longer of GPU and host time; NaN: wrong or refused there
+    kernel_ms: float  # GPU time; NaN: the kernel was wrong or refused there
+    kernel_host_ms: float  # host time of one call
     eager_ms: float
+    eager_host_ms: float
     gpu: str
     commit: str
 
-    def reason(self, kernel_id: str, dtype: str, pass_: str) -> str:
-        eager = f"{self.eager_ms * 1e3:.1f} us"
-        times = (f"the kernel was wrong or refused there, eager {eager} a call"
-                 if math.isnan(self.kernel_ms) else
-                 f"{self.kernel_ms * 1e3:.1f} us a call against eager's {eager}")
+    def times_ms(self, host_bound_step: bool) -> tuple[float, float]:
+        """(kernel, eager) time per call in this regime (module docstring)."""
+        if not host_bound_step:
+            return self.kernel_ms, self.eager_ms
+        kernel = self.kernel_ms if math.isnan(self.kernel_ms) else max(self.kernel_ms, self.kernel_host_ms)
+        return kernel, max(self.eager_ms, self.eager_host_ms)
+
+    def loses(self, host_bound_step: bool) -> bool:
+        """Eager is as fast or faster (a tie goes to eager: nothing to gain, a launch to pay)."""
+        kernel, eager = self.times_ms(host_bound_step)
+        return math.isnan(kernel) or kernel >= eager
+
+    def reason(self, kernel_id: str, dtype: str, pass_: str, host_bound_step: bool) -> str:
+        kernel_ms, eager_ms = self.times_ms(host_bound_step)
+        what = "a call (GPU or host time, the longer)" if host_bound_step else "of GPU time"
+        eager = f"{eager_ms * 1e3:.1f} us"
+        times = (f"the kernel was wrong or refused there, eager {eager} {what}"
+                 if math.isnan(kernel_ms) else f"{kernel_ms * 1e3:.1f} us against eager's {eager} {what}")
         return (f"{kernel_id} loses at {self.rows}x{self.cols} {dtype} {pass_}, the nearest "
                 f"measured shape ({times}; benchmarks/data/kernels.csv, {self.gpu}, commit "
                 f"{self.commit})")
@@ -68,23 +95,16 @@ class RouteTable:
 
     def __init__(self, kernel_id: str, points: dict[tuple[str, str], tuple[Point, ...]]):
         self.kernel_id, self.points = kernel_id, points
-        self._answers: dict[tuple[int, int, str, bool], str] = {}
+        self._answers: dict[tuple[int, int, str, bool, bool], str] = {}
 
-    def eager_reason(self, rows: int, cols: int, dtype: str, grad: bool) -> str:
+    def eager_reason(self, rows: int, cols: int, dtype: str, grad: bool,
+                     host_bound_step: bool = True) -> str:
         """Why a call goes to eager ("" when the kernel keeps it)."""
-        key = (rows, cols, dtype, grad)
+        key = (rows, cols, dtype, grad, host_bound_step)
         answer = self._answers.get(key)
         if answer is None:
-            answer = self._answers[key] = self._decide(rows, cols, dtype, grad)
+            answer = self._answers[key] = self._decide(*key)
         return answer
-
-    def eager_counts(self) -> dict[str, tuple[int, int]]:
-        """{pass: (measured shapes routed to eager, measured shapes)} over every dtype."""
-        out: dict[str, tuple[int, int]] = {}
-        for (_, pass_), points in sorted(self.points.items()):
-            eager, n = out.get(pass_, (0, 0))
-            out[pass_] = (eager + sum(p.route == "eager" for p in points), n + len(points))
-        return out
 
     def point(self, rows: int, cols: int, dtype: str, grad: bool) -> Point | None:
         """The measured point a call follows, or None: no points for its dtype and pass, or a
@@ -96,11 +116,20 @@ class RouteTable:
             return None
         return nearest(points, rows, cols)
 
-    def _decide(self, rows: int, cols: int, dtype: str, grad: bool) -> str:
+    def eager_counts(self, host_bound_step: bool) -> dict[str, tuple[int, int]]:
+        """{pass: (measured shapes routed to eager, measured shapes)} over every dtype."""
+        out: dict[str, tuple[int, int]] = {}
+        for (_, pass_), points in sorted(self.points.items()):
+            eager, n = out.get(pass_, (0, 0))
+            out[pass_] = (eager + sum(p.loses(host_bound_step) for p in points), n + len(points))
+        return out
+
+    def _decide(self, rows: int, cols: int, dtype: str, grad: bool, host_bound_step: bool) -> str:
         point = self.point(rows, cols, dtype, grad)
-        if point is None or point.route != "eager":
+        if point is None or not point.loses(host_bound_step):
             return ""
-        return point.reason(self.kernel_id, _DTYPE_POINTS.get(dtype, dtype), "fwd+bwd" if grad else "fwd")
+        return point.reason(self.kernel_id, _DTYPE_POINTS.get(dtype, dtype),
+                            "fwd+bwd" if grad else "fwd", host_bound_step)
 
 
 class RoutesFileError(ValueError):
@@ -124,13 +153,14 @@ def read_routes(path: Path = ROUTES_CSV) -> dict[str, RouteTable]:
 
 def _point(path: Path, line: int, r: dict) -> tuple[str, str, str, Point]:
     try:
-        point = Point(int(r["rows"]), int(r["cols"]), r["route"], float(r["kernel_ms"] or "nan"),
-                      float(r["eager_ms"]), r["gpu"], r["commit"])
+        point = Point(int(r["rows"]), int(r["cols"]), float(r["kernel_ms"] or "nan"),
+                      float(r["kernel_host_ms"] or "0"), float(r["eager_ms"]),
+                      float(r["eager_host_ms"] or "0"), r["gpu"], r["commit"])
     except ValueError as e:
         raise RoutesFileError(f"{path}:{line}: {e}") from None
-    if point.route not in ROUTES or r["pass"] not in PASSES or point.rows < 1 or point.cols < 1:
-        raise RoutesFileError(f"{path}:{line}: route {point.route!r}, pass {r['pass']!r}, "
-                              f"shape {point.rows}x{point.cols}")
+    if r["pass"] not in PASSES or point.rows < 1 or point.cols < 1 or not point.eager_ms > 0:
+        raise RoutesFileError(f"{path}:{line}: pass {r['pass']!r}, shape {point.rows}x{point.cols}, "
+                              f"eager_ms {point.eager_ms}")
     return r["kernel"], r["dtype"], r["pass"], point
 
 

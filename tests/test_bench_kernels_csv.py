@@ -221,7 +221,7 @@ def test_renderer_writes_between_markers_and_nothing_without_data(tmp_path, caps
     bk.write_atomic(_hand_made(), path)
     assert rk.main(["--csv", str(path), "--docs", str(docs), *routes]) == 0
     assert rk.main(["--csv", str(path), "--docs", str(docs), "--check", *routes]) == 1  # 40 % < 90 %
-    assert "kernel,dtype,pass,rows,cols,route" in (tmp_path / "routes.csv").read_text()
+    assert (tmp_path / "routes.csv").read_text().startswith("kernel,dtype,pass,rows,cols,kernel_ms,")
     text = docs.read_text()
     assert "old" not in text and text.startswith("# B\n\nbefore") and text.endswith("after\n")
     assert "**2 of 5**" in text and "40.0%" in text and "not met" in text

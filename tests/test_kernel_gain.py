@@ -35,8 +35,8 @@ def test_row_shape(name, shapes, expected):
     assert row_shape(name, json.dumps(shapes)) == expected
 
 
-def _point(route, kernel_ms, eager_ms):
-    return Point(2048, 1024, route, kernel_ms, eager_ms, "GPU X", "abc1234")
+def _point(kernel_ms, eager_ms, kernel_host_ms=0.001, eager_host_ms=0.001):
+    return Point(2048, 1024, kernel_ms, kernel_host_ms, eager_ms, eager_host_ms, "GPU X", "abc1234")
 
 
 def test_measured_saving_scales_the_op_time_by_the_measured_ratio():
@@ -44,7 +44,7 @@ def test_measured_saving_scales_the_op_time_by_the_measured_ratio():
 
     def lookup(rows, cols, dtype, train):
         seen.append((rows, cols, dtype, train))
-        return _point("kernel", 0.03, 0.04)
+        return _point(0.03, 0.04)
 
     # the kernel took 30 us where eager took 40: 25 % of the op's 200 us = 50 us
     saving, why = measured_saving("aten::softmax", [[8, 1000]], "bfloat16", True, 200e-6, lookup)
@@ -53,8 +53,17 @@ def test_measured_saving_scales_the_op_time_by_the_measured_ratio():
     assert "25% less than eager at 2048x1024 fwd+bwd, nearest to 8x1000" in why
 
 
-@pytest.mark.parametrize("point", [_point("eager", 0.05, 0.04), _point("eager", math.nan, 0.04),
-                                   _point("kernel", 0.04, 0.04)])
+def test_a_host_bound_step_counts_host_time():
+    # 20 us of GPU time against 40 saves half in a device-bound step; 60 us of host time a call
+    # against eager's 10 (a call every 60 us against every 40) saves nothing in a host-bound one
+    point = _point(0.02, 0.04, kernel_host_ms=0.06, eager_host_ms=0.01)
+    device = measured_saving("aten::gelu", [[8, 1000]], "bfloat16", False, 1e-4, lambda *a: point, False)
+    host = measured_saving("aten::gelu", [[8, 1000]], "bfloat16", False, 1e-4, lambda *a: point, True)
+    assert device[0] == pytest.approx(5e-5) and "of GPU time" in device[1]
+    assert host[0] == 0.0 and "60.0 us against 40.0 us a call, host time counted" in host[1]
+
+
+@pytest.mark.parametrize("point", [_point(0.05, 0.04), _point(math.nan, 0.04), _point(0.04, 0.04)])
 def test_no_saving_where_the_kernel_lost(point):
     saving, why = measured_saving("aten::softmax", [[8, 1000]], "bfloat16", False, 200e-6,
                                   lambda *a: point)
@@ -63,7 +72,7 @@ def test_no_saving_where_the_kernel_lost(point):
 
 def test_nothing_to_say_without_a_point_or_a_shape():
     assert measured_saving("aten::softmax", [[8, 1000]], "float64", False, 1e-4, lambda *a: None) is None
-    assert measured_saving("aten::softmax", [[]], "bfloat16", False, 1e-4, lambda *a: _point("kernel", 1, 2)) is None
+    assert measured_saving("aten::softmax", [[]], "bfloat16", False, 1e-4, lambda *a: _point(1, 2)) is None
 
 
 CTX = run_context(run_meta(total_device_time_s=2e-3, step_wall_s=1.5e-3, busy_s=2e-3))
@@ -73,7 +82,7 @@ SUBJECT = Subject("op", "row:1", {"row_id": 1, "dtype": "bfloat16"}, {1: 1e-4}, 
 
 
 def test_the_gain_model_reads_the_kernels_points(monkeypatch):
-    table = RouteTable("triton.softmax", {("bfloat16", "fwd"): (_point("kernel", 0.01, 0.04),)})
+    table = RouteTable("triton.softmax", {("bfloat16", "fwd"): (_point(0.01, 0.04),)})
     monkeypatch.setattr(kernel_gain, "kernel_point_lookup", lambda kid: table.point)
     monkeypatch.setattr("kernel_advisor.recommend.gain.kernel_point_lookup", lambda kid: table.point)
     g = estimate_gain(GainSpec("measured-kernel", target_efficiency_frac=0.85), SUBJECT, CTX, OPS, "triton.softmax")

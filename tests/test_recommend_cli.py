@@ -72,12 +72,13 @@ def test_no_run_yet(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("limit, code", [(90, 0), (50, 5)])
 def test_fail_if_gain_above(run_dir, limit, code):
-    # the estimated total is 78.97 % of the step
+    # the estimated total is 78.93 % of the step (the bundled softmax claims nothing on row 1: its
+    # measured routes say it loses to eager at that shape, so compile's saving is the row's)
     result = invoke("recommend", run_dir, "--format", "json", "--fail-if-gain-above", limit)
     assert result.exit_code == code
     assert json.loads(result.stdout)["findings"]  # the report is printed before the gate trips
     if code == 5:
-        assert result.stderr.startswith("advisor: error: the estimated gain is 79.0 % of the step")
+        assert result.stderr.startswith("advisor: error: the estimated gain is 78.9 % of the step")
 
 
 def test_extra_rules_are_applied(run_dir, tmp_path):

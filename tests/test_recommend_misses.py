@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import pytest
-from test_recommend_support import BW, CEILINGS, op_row, op_table, run_meta, sequence_from
+from test_recommend_support import BW, CEILINGS, STEPS, op_row, op_table, run_meta, sequence_from
 
 from kernel_advisor.recommend.engine import (Finding, Recommendation, cheaper_first_on_near_ties, near_tie,
                                              split_covered, subject_rows)
 from kernel_advisor.recommend.kernels import registry_kernels
 from kernel_advisor.recommend.report import recommend
 from kernel_advisor.recommend.ruleset import load_rules
+from reference_kernels.routes import Point
 
 RULES = load_rules()
 KERNELS = registry_kernels()
@@ -53,12 +54,23 @@ def test_cross_entropy_maps_to_the_bundled_kernel():
     assert triton.recommendations[0].action == "kernel:triton.cross_entropy"
 
 
-def test_gelu_at_65_percent_is_still_offered_a_kernel():
-    # 64 MB at 65 % of 4 TB/s: 16 µs roof, 24.6 µs per call; the old fixed cut (< 60 %) said nothing
+@pytest.mark.parametrize("busy, offered", [(0.94, True), (0.66, False)])
+def test_gelu_kernel_rung_follows_its_measurements(monkeypatch, busy, offered):
+    # 64 MB at 65 % of 4 TB/s: 16 µs roof, 24.6 µs a call; the old fixed cut (< 60 %) said nothing.
+    # The kernel's sweep point: 20 µs of GPU time and 45 µs of host time a call, against eager's 25
+    # and 10. A device-bound step (busy 94 %) saves 1 − 20/25 = 20 % of the op's time; a
+    # host-bound one (66 %) counts 45 against 25 µs a call and claims nothing.
+    point = Point(4096, 4096, 0.020, 0.045, 0.025, 0.010, "GPU X", "abc1234")
+    monkeypatch.setattr("kernel_advisor.recommend.gain.kernel_point_lookup", lambda kid: (lambda *a: point))
     row = op_row(0, "aten::gelu", [[4096, 4096]], [BF16], 4, 4 * 24.6e-6, flops=4096 * 4096 * 8.0,
                  nbytes=64e6, bw=BW)
-    ids = [f.rule_id for f in _report(row, 150e-6).findings]
-    assert "triton-reference-kernel" in ids and "compile-memory-bound-op" in ids
+    per_step_s = row["device_time_total_s"] / STEPS
+    report = _report(row, per_step_s / busy)
+    ids = [f.rule_id for f in report.findings]
+    assert "compile-memory-bound-op" in ids and ("triton-reference-kernel" in ids) is offered
+    if offered:
+        triton = next(f for f in report.findings if f.rule_id == "triton-reference-kernel")
+        assert triton.saving_per_step_s == pytest.approx(0.2 * per_step_s)
 
 
 def _finding(rule_id, tier, saving):

@@ -19,12 +19,12 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import kernel_routes  # noqa: E402
 
 
-def _p(rows, cols, route, kernel_ms=0.02, eager_ms=0.01):
-    return Point(rows, cols, route, kernel_ms, eager_ms, "GPU X", "abc1234")
+def _p(rows, cols, kernel_ms, eager_ms, kernel_host_ms=0.005, eager_host_ms=0.005):
+    return Point(rows, cols, kernel_ms, kernel_host_ms, eager_ms, eager_host_ms, "GPU X", "abc1234")
 
 
 def test_nearest_is_taken_in_log_sizes():
-    points = (_p(1, 127, "eager"), _p(16, 4096, "kernel"), _p(2048, 1024, "kernel"))
+    points = (_p(1, 127, 0.02, 0.01), _p(16, 4096, 0.01, 0.02), _p(2048, 1024, 0.01, 0.02))
     # (1000, 1000): log2 distance^2 to 2048x1024 is (11 - 9.97)^2 + (10 - 9.97)^2 = 1.07, to
     # 16x4096 (4 - 9.97)^2 + (12 - 9.97)^2 = 39.7; in linear sizes 16x4096 would be nearer in cols.
     assert nearest(points, 1000, 1000).rows == 2048
@@ -32,35 +32,40 @@ def test_nearest_is_taken_in_log_sizes():
     assert nearest(points, 8, 4096).rows == 16
 
 
+def test_the_regime_decides_which_time_counts():
+    # GPU time 20 us against eager's 30, host 60 us a call against eager's 12: the kernel wins a
+    # device-bound step and loses a host-bound one (a call every 60 us against every 30).
+    p = _p(2048, 1024, 0.020, 0.030, kernel_host_ms=0.060, eager_host_ms=0.012)
+    assert not p.loses(False) and p.loses(True)
+    assert p.times_ms(True) == (0.060, 0.030) and p.times_ms(False) == (0.020, 0.030)
+    assert _p(1, 1, math.nan, 0.01).loses(False)  # wrong or refused: eager
+
+
 def _table():
     return RouteTable("triton.op", {
-        ("bfloat16", "fwd"): (_p(1, 127, "eager"), _p(4096, 4096, "kernel")),
-        ("bfloat16", "fwd+bwd"): (_p(1, 127, "eager"), _p(4096, 4096, "eager", math.nan, 0.2)),
+        ("bfloat16", "fwd"): (_p(1, 127, 0.02, 0.01), _p(4096, 4096, 0.01, 0.02, kernel_host_ms=0.05)),
+        ("bfloat16", "fwd+bwd"): (_p(1, 127, 0.02, 0.01), _p(4096, 4096, math.nan, 0.2)),
     })
 
 
-def test_route_table_decides_by_pass_and_dtype():
+def test_route_table_decides_by_pass_dtype_and_regime():
     t = _table()
     assert t.eager_reason(2, 100, "bfloat16", False).startswith("triton.op loses at 1x127 bfloat16 fwd")
-    assert "20.0 us a call against eager's 10.0 us" in t.eager_reason(2, 100, "bfloat16", False)
-    assert t.eager_reason(4000, 4000, "bfloat16", False) == ""
-    assert "the kernel was wrong or refused there, eager 200.0 us a call" in t.eager_reason(4000, 4000, "bfloat16", True)
+    assert "20.0 us against eager's 10.0 us a call" in t.eager_reason(2, 100, "bfloat16", False)
+    assert "of GPU time" in t.eager_reason(2, 100, "bfloat16", False, False)
+    # 4096x4096: 10 us of GPU time against 20 wins a device-bound step; 50 us of host time loses
+    assert t.eager_reason(4000, 4000, "bfloat16", False, False) == ""
+    assert "50.0 us against eager's 20.0 us" in t.eager_reason(4000, 4000, "bfloat16", False, True)
+    assert "the kernel was wrong or refused there, eager 200.0 us" in t.eager_reason(4000, 4000, "bfloat16", True)
     assert t.eager_reason(2, 100, "float16", False) != ""  # float16 follows bfloat16's points
     assert t.eager_reason(2, 100, "float32", False) == ""  # no points: the kernel keeps it
     assert t.eager_reason(0, 100, "bfloat16", False) == ""
+    assert t.eager_counts(True) == {"fwd": (2, 2), "fwd+bwd": (2, 2)}
+    assert t.eager_counts(False) == {"fwd": (1, 2), "fwd+bwd": (2, 2)}
 
 
-def test_far_past_the_sweep_the_kernel_keeps_the_call():
-    t = _table()  # largest measured shape: 4096 x 4096 = 16.8 M elements
-    assert t.eager_reason(1, 2 * 4096 * 4096, "bfloat16", True) != ""  # 2x: still decided
-    assert t.eager_reason(1, 2 * 4096 * 4096 + 1, "bfloat16", True) == ""
-
-
-def test_answers_are_cached_per_call_shape():
-    t = _table()
-    t.eager_reason(2, 100, "bfloat16", False)
-    t.points.clear()
-    assert t.eager_reason(2, 100, "bfloat16", False) != ""  # the first answer, not recomputed
+def test_host_bound_is_below_the_busy_threshold():
+    assert routes.host_bound(None) and routes.host_bound(0.79) and not routes.host_bound(0.8)
 
 
 HEADER = ",".join(routes.FIELDS)
@@ -68,9 +73,9 @@ HEADER = ",".join(routes.FIELDS)
 
 @pytest.mark.parametrize("text, match", [
     ("kernel,dtype,pass,rows,cols,route\n", "columns"),
-    (f"{HEADER}\ntriton.x,bfloat16,fwd,1,127,maybe,0.1,0.1,G,c\n", r":2: route 'maybe'"),
-    (f"{HEADER}\ntriton.x,bfloat16,bwd,1,127,eager,0.1,0.1,G,c\n", r":2: route 'eager', pass 'bwd'"),
-    (f"{HEADER}\ntriton.x,bfloat16,fwd,one,127,eager,0.1,0.1,G,c\n", r":2: invalid literal"),
+    (f"{HEADER}\ntriton.x,bfloat16,bwd,1,127,0.1,0.01,0.1,0.01,G,c\n", r":2: pass 'bwd'"),
+    (f"{HEADER}\ntriton.x,bfloat16,fwd,1,127,0.1,0.01,0,0.01,G,c\n", r":2: .*eager_ms 0.0"),
+    (f"{HEADER}\ntriton.x,bfloat16,fwd,one,127,0.1,0.01,0.1,0.01,G,c\n", r":2: invalid literal"),
 ])
 def test_a_malformed_routes_file_fails_loudly(tmp_path, text, match):
     path = tmp_path / "routes.csv"
@@ -92,7 +97,8 @@ def test_the_shipped_routes_are_derived_from_kernels_csv():
     key = ["kernel", "dtype", "pass", "rows", "cols"]
     both = shipped.merge(derived, on=key, suffixes=("", "_derived"))
     assert len(both) == len(shipped) == len(derived)
-    assert (both["route"] == both["route_derived"]).all()
+    for col in ("kernel_ms", "kernel_host_ms", "eager_ms", "eager_host_ms"):
+        assert both[col].fillna(-1).to_numpy() == pytest.approx(both[col + "_derived"].fillna(-1).to_numpy(), rel=1e-5)
     ids = {s.id for s in all_kernels()}
     assert set(shipped["kernel"]) <= ids
 
@@ -102,7 +108,8 @@ def test_cuda_calls_follow_the_routes_and_cpu_calls_do_not(monkeypatch):
     spec = get_kernel("triton.softmax")
     assert spec.eager_route(2, 100, torch.bfloat16, False).startswith(EAGER_ROUTE + "triton.softmax loses at 1x127")
     assert spec.eager_route(2, 100, torch.bfloat16, False, device="cpu") == ""
-    assert spec.eager_route(4000, 4000, torch.bfloat16, False) == ""
+    assert spec.eager_route(4000, 4000, torch.bfloat16, False, host_bound=False) == ""
+    assert spec.eager_route(4000, 4000, torch.bfloat16, False) != ""  # host-bound unless told
 
 
 def _routes_for(kernel_id):
@@ -110,7 +117,7 @@ def _routes_for(kernel_id):
     return RouteTable(kernel_id, t.points)
 
 
-def _sweep(rows_ms, host_us=5.0):
+def _sweep(rows_ms, host_us=5.0):  # noqa: D401
     """kernels.csv rows: (rows, cols, provider, ms[, host us]) for op softmax, bfloat16, fwd."""
     return pd.DataFrame([{"op": "softmax", "rows": r, "cols": c, "dtype": "bfloat16", "pass": "fwd",
                           "provider": p, "gpu": "G", "shape_class": "mid", "status": "ok", "reason": "",
@@ -122,17 +129,19 @@ def test_as_shipped_times_a_routed_cell_as_eager():
     df = _sweep([(1, 127, "ours_triton", 0.03), (1, 127, "eager", 0.01),
                  (4096, 4096, "ours_triton", 0.05), (4096, 4096, "eager", 0.08)])
     table = kernel_routes.routes_table(df)
-    assert list(table["route"]) == ["eager", "kernel"]
+    assert list(table["kernel_ms"]) == [0.03, 0.05] and list(table["eager_ms"]) == [0.01, 0.08]
     shipped = kernel_routes.as_shipped(df).set_index(["rows", "provider"])["ms"]
     assert shipped[(1, "ours_triton")] == 0.01 and shipped[(4096, "ours_triton")] == 0.05
 
 
-def test_host_time_counts_when_it_is_the_longer():
-    # GPU time 20 us against eager's 30, but 60 us of host time a call against eager's 12:
-    # back to back (as inside a host-bound model) the kernel delivers a call every 60 us -> eager.
+def test_host_time_routes_only_the_host_bound_view():
+    # GPU time 20 us against eager's 30, but 60 us of host time a call against eager's 12
     df = _sweep([(2048, 1024, "ours_triton", 0.020, 60.0), (2048, 1024, "eager", 0.030, 12.0)])
     (row,) = kernel_routes.routes_table(df).itertuples()
-    assert row.route == "eager" and row.kernel_ms == pytest.approx(0.060) and row.eager_ms == pytest.approx(0.030)
+    assert row.kernel_host_ms == pytest.approx(0.060) and row.eager_host_ms == pytest.approx(0.012)
+    device = kernel_routes.as_shipped(df).set_index("provider")["ms"]
+    host = kernel_routes.as_shipped(df, host_bound_step=True).set_index("provider")["ms"]
+    assert device["ours_triton"] == 0.020 and host["ours_triton"] == 0.030
 
 
 def test_leave_one_out_routes_each_cell_by_its_neighbours():
@@ -146,3 +155,17 @@ def test_leave_one_out_routes_each_cell_by_its_neighbours():
     assert loo[(2, "ours_triton")] == 0.05
     assert loo[(1, "ours_triton")] == 0.02
     assert loo[(4096, "ours_triton")] == 0.08
+
+
+def test_try_kernel_binds_the_runs_regime(monkeypatch):
+    from kernel_advisor.trykernel.candidates import from_spec
+    from kernel_advisor.trykernel.driver import route_note
+
+    monkeypatch.setattr(registry, "routes", lambda: {"triton.softmax": _routes_for("triton.softmax")})
+    spec = get_kernel("triton.softmax")
+    # 4096x4096: 10 us of GPU time against eager's 20, but 50 us of host time a call
+    assert from_spec(spec, [], host_bound=False).route(4000, 4000, torch.bfloat16, False, "cuda") == ""
+    assert "50.0 us against" in from_spec(spec, [], host_bound=True).route(4000, 4000, torch.bfloat16, False, "cuda")
+    assert "busy 94% of the step (device-bound)" in route_note(0.94, False)
+    assert "on GPU time" in route_note(0.94, False) and "counting host time" in route_note(0.5, True)
+    assert "no profiled run" in route_note(None, True)

@@ -125,11 +125,11 @@ def test_compile_plus_kernel_is_timed_against_torch_compile(examples_dir, adviso
 @pytest.mark.routes
 def test_routed_calls_run_eager_and_say_so(examples_dir, advisor_home, monkeypatch):
     # A table whose only point says the kernel lost: every rms_norm call goes to eager.
-    lost = Point(4096, 4096, "eager", 0.09, 0.03, "GPU X", "abc1234")
+    lost = Point(4096, 4096, 0.09, 0.01, 0.03, 0.01, "GPU X", "abc1234")
     table = RouteTable("triton.rms_norm", {("bfloat16", "fwd"): (lost,)})
     monkeypatch.setattr(registry, "routes", lambda: {"triton.rms_norm": table})
     variants, _ = run(f"{examples_dir}/gpt_block.py", "triton.rms_norm", "--dtype", "bfloat16")
     v = variants["triton.rms_norm"]
     assert v["status"] == "not applied" and v["eager_routed_calls"] == v["fallback_calls"] > 0
     assert v["reason"].startswith("every call fell back to PyTorch: " + EAGER_ROUTE)
-    assert "triton.rms_norm loses at 4096x4096 bfloat16 fwd" in v["reason"] and "90.0 us a call" in v["reason"]
+    assert "triton.rms_norm loses at 4096x4096 bfloat16 fwd" in v["reason"] and "90.0 us against eager's 30.0 us" in v["reason"]

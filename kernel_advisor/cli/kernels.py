@@ -96,7 +96,7 @@ def _print_list(device: str, as_json: bool) -> None:
     table.add_column("replaces", overflow="fold")
     table.add_column("dtypes", no_wrap=True)
     table.add_column("bwd", no_wrap=True)
-    table.add_column("to eager at", no_wrap=True)
+    table.add_column("to eager at (host-bound | device-bound step)", no_wrap=True)
     table.add_column("status", overflow="fold", ratio=1)
     tables = routes()
     for spec in specs:
@@ -106,15 +106,17 @@ def _print_list(device: str, as_json: bool) -> None:
                       "yes" if spec.has_backward else "no", _eager_text(tables.get(spec.id)),
                       "ok" if reason is None else f"[yellow]{reason}[/]")
     console.out.print(table)
-    console.out.print("to eager at: measured shapes where the kernel lost to eager, so try-kernel "
-                      "runs eager for calls nearest to them (benchmarks/data/kernels.csv; `-` not "
+    console.out.print("to eager at: measured shapes where the kernel lost to eager, counting host "
+                      "time (host-bound step) or GPU time alone (device-bound); try-kernel runs "
+                      "eager for calls nearest to them (benchmarks/data/kernels.csv; `-` not "
                       "measured).")
 
 
 def _eager_text(table: RouteTable | None) -> str:
     if table is None:
         return "-"
-    return ", ".join(f"{p} {e}/{n}" for p, (e, n) in table.eager_counts().items())
+    host, device = table.eager_counts(True), table.eager_counts(False)
+    return ", ".join(f"{p} {e}|{device[p][0]}/{n}" for p, (e, n) in host.items())
 
 
 _SHORT_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
@@ -134,9 +136,17 @@ def _spec_dict(spec: KernelSpec, device: str) -> dict:
             "loses": [{"shape_class": loss.shape_class.name, "figure": loss.figure, "source": loss.source,
                        "path": loss.path} for loss in spec.loses],
             "refuses": [c.name for c in spec.refuses],
-            # measured routes: {pass: {"eager": shapes routed to eager, "measured": shapes}}
-            "measured_routes": {p: {"eager": e, "measured": n} for p, (e, n) in
-                                (routes()[spec.id].eager_counts().items() if spec.id in routes() else ())}}
+            # measured routes: {pass: {"eager_host_bound": shapes routed to eager in a host-bound
+            # step, "eager_device_bound": in a device-bound one, "measured": shapes}}
+            "measured_routes": _route_counts(routes().get(spec.id))}
+
+
+def _route_counts(table: RouteTable | None) -> dict:
+    if table is None:
+        return {}
+    host, device = table.eager_counts(True), table.eager_counts(False)
+    return {p: {"eager_host_bound": e, "eager_device_bound": device[p][0], "measured": n}
+            for p, (e, n) in host.items()}
 
 
 @kernels_app.command("verify")

@@ -197,7 +197,7 @@ def _measured_kernel(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.
         row = rows.get(row_id)
         got = measured_saving(str(row.get("name", "")), row.get("input_shapes"),
                               str(subject.evidence.get("dtype") or ""), ctx.mode == "train",
-                              time_s, lookup) if row else None
+                              time_s, lookup, _host_bound(ctx)) if row else None
         if got is None:
             roof = _roofline(spec, subject, ctx, ops)
             why = f"the sweep did not measure {kernel_id} here" if kernel_id else "no kernel"
@@ -207,6 +207,13 @@ def _measured_kernel(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.
     return GainEstimate(sum(savings.values()), {r: v for r, v in savings.items() if v > 0},
                         f"{kernel_id} measured (benchmarks/data/kernels.csv): {'; '.join(whys)}",
                         measured=True)
+
+
+def _host_bound(ctx: RunContext) -> bool:
+    """The step's regime for the kernel's measured routes (reference_kernels/routes.py)."""
+    from reference_kernels.routes import host_bound
+
+    return host_bound(ctx.device_busy_per_step_s / ctx.step_s if ctx.step_s > 0 else None)
 
 
 def estimate_gain(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame,

@@ -40,20 +40,24 @@ def row_shape(name: str, shapes: Any) -> tuple[int, int] | None:
 
 
 def measured_saving(name: str, shapes: Any, dtype: str, train: bool, time_s: float,
-                    point_of: Callable[[int, int, str, bool], Any]) -> tuple[float, str] | None:
-    """(saving per step, why) of one op row, or None when the sweep has nothing to say."""
+                    point_of: Callable[[int, int, str, bool], Any],
+                    host_bound_step: bool = True) -> tuple[float, str] | None:
+    """(saving per step, why) of one op row, or None when the sweep has nothing to say.
+    `host_bound_step`: a call costs the longer of its GPU and host time (routes.py)."""
     shape = row_shape(name, shapes)
     point = point_of(*shape, dtype, train) if shape else None
     if point is None:
         return None
+    kernel_ms, eager_ms = point.times_ms(host_bound_step)
+    what = "a call, host time counted" if host_bound_step else "of GPU time"
     where = (f"{point.rows}x{point.cols} {'fwd+bwd' if train else 'fwd'}, nearest to "
              f"{shape[0]}x{shape[1]} ({point.commit})")
-    if point.route == "eager" or not point.kernel_ms < point.eager_ms:
-        kernel = "wrong or refused" if math.isnan(point.kernel_ms) else f"{point.kernel_ms * 1e3:.1f} us"
-        return 0.0, f"lost to eager at {where}: {kernel} against {point.eager_ms * 1e3:.1f} us"
-    frac = 1.0 - point.kernel_ms / point.eager_ms
-    return time_s * frac, (f"{frac:.0%} less than eager at {where}: {point.kernel_ms * 1e3:.1f} "
-                           f"against {point.eager_ms * 1e3:.1f} us")
+    if point.loses(host_bound_step):
+        kernel = "wrong or refused" if math.isnan(kernel_ms) else f"{kernel_ms * 1e3:.1f} us"
+        return 0.0, f"lost to eager at {where}: {kernel} against {eager_ms * 1e3:.1f} us {what}"
+    frac = 1.0 - kernel_ms / eager_ms
+    return time_s * frac, (f"{frac:.0%} less than eager at {where}: {kernel_ms * 1e3:.1f} "
+                           f"against {eager_ms * 1e3:.1f} us {what}")
 
 
 def kernel_point_lookup(kernel_id: str) -> Callable[[int, int, str, bool], Any] | None:

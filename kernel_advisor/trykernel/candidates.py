@@ -5,6 +5,8 @@ A Candidate carries the callable and every place it goes in this model: aten ove
 """
 from __future__ import annotations
 
+import functools
+
 import inspect
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -86,11 +88,13 @@ def applies(spec: KernelSpec, op_names: set[str], patterns: set[str]) -> bool:
     return bool(set(aten_families(spec)) & op_names or set(spec.replaces_patterns) & patterns)
 
 
-def from_spec(spec: KernelSpec, matches: Sequence[PatternMatch]) -> Candidate:
-    """A registry kernel with its adapters and this model's matches of its patterns."""
+def from_spec(spec: KernelSpec, matches: Sequence[PatternMatch], host_bound: bool = True) -> Candidate:
+    """A registry kernel with its adapters and this model's matches of its patterns; its measured
+    routes are those of a host-bound step unless `host_bound` is False (reference_kernels/routes.py)."""
+    route = functools.partial(spec.eager_route, host_bound=host_bound)
     adapters = []
     for name in aten_names(spec):
-        adapter = reference_adapter(name, spec.dtypes, spec.has_backward, spec.eager_route)
+        adapter = reference_adapter(name, spec.dtypes, spec.has_backward, route)
         if adapter is None:
             raise UserInputError(f"kernel {spec.id} replaces {name}, which try-kernel has no adapter for",
                                  f"supported ops: {', '.join(sorted(ATEN_FAMILIES))}")
@@ -106,7 +110,7 @@ def from_spec(spec: KernelSpec, matches: Sequence[PatternMatch]) -> Candidate:
     return Candidate(id=spec.id, title=spec.title, origin="reference", backend=spec.capability.backend, fn=fn,
                      aten=tuple(dict((a.name, a) for a in adapters).values()), patterns=own,
                      dtypes=spec.dtypes, has_backward=spec.has_backward, tolerance=spec_tolerance(spec),
-                     undetectable=unknown, route=spec.eager_route)
+                     undetectable=unknown, route=route)
 
 
 def from_impl(impl: str, op_text: str) -> Candidate:

@@ -17,6 +17,7 @@ from kernel_advisor.trykernel.selection import (RunContext, build_sets, census_o
                                                 load_candidates, model_is_module, select_specs)
 from kernel_advisor.trykernel.sets import TryOptions
 from kernel_advisor.trykernel.variants import try_candidates
+from reference_kernels.routes import host_bound
 
 RESULT_FILE = "try_kernel.json"
 
@@ -59,7 +60,21 @@ def _candidates(loaded: LoadedModel, kernel_ids: Sequence[str], impl: str | None
     specs, notes = select_specs(kernel_ids, names, matches, loaded.device.type)
     if not specs and not cands:
         notes.append("no reference kernel applies to this model's ops or modules (see `advisor kernels`)")
-    return cands + load_candidates(specs, matches), notes
+    bound = host_bound(ctx.device_busy_frac)
+    if specs and loaded.device.type == "cuda":
+        notes.append(route_note(ctx.device_busy_frac, bound))
+    return cands + load_candidates(specs, matches, bound), notes
+
+
+def route_note(busy: float | None, bound: bool) -> str:
+    """Which measured routes the kernels follow, and why."""
+    if busy is None:
+        return ("measured routes: a call goes to eager where the kernel lost counting host time too "
+                "(no profiled run of this model says whether its step is host-bound)")
+    regime = "host-bound" if bound else "device-bound"
+    rule = "counting host time too" if bound else "on GPU time"
+    return (f"measured routes: the run's device is busy {busy:.0%} of the step ({regime}), so a call "
+            f"goes to eager where the kernel lost {rule}")
 
 
 def _timing_notes(report: TryReport, loaded: LoadedModel, options: TryOptions) -> list[str]:

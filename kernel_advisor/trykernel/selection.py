@@ -32,6 +32,7 @@ class RunContext:
     evidence: RunEvidence
     op_names: frozenset[str] | None  # names in its ops.csv; None without a run
     notes: tuple[str, ...] = field(default=())
+    device_busy_frac: float | None = None  # of its step; None: no run (routes assume host-bound)
 
 
 def find_run(run: Path | None, loaded: LoadedModel) -> RunContext:
@@ -53,7 +54,9 @@ def find_run(run: Path | None, loaded: LoadedModel) -> RunContext:
         return RunContext(None, RunEvidence(), None, (f"the latest run ({path.name}) is of another model: results "
                                                       "are not saved (profile this model first)",))
     names = frozenset(str(n) for n in r.ops["name"]) if "name" in r.ops.columns else frozenset()
-    return RunContext(path, evidence_from_run(path, r.ops), names)
+    busy = r.meta.get("device_busy_frac")
+    return RunContext(path, evidence_from_run(path, r.ops), names,
+                      device_busy_frac=float(busy) if isinstance(busy, (int, float)) else None)
 
 
 def _same_file(recorded: str | None, path: Path) -> bool:
@@ -115,8 +118,9 @@ def build_sets(cands: Sequence[Candidate], together: bool) -> tuple[list[Candida
     return sets, notes
 
 
-def load_candidates(specs: Sequence, matches: Sequence[PatternMatch]) -> list[Candidate]:
-    return [from_spec(s, matches) for s in specs]
+def load_candidates(specs: Sequence, matches: Sequence[PatternMatch],
+                    host_bound: bool = True) -> list[Candidate]:
+    return [from_spec(s, matches, host_bound) for s in specs]
 
 
 def model_is_module(loaded: LoadedModel) -> bool:
