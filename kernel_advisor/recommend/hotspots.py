@@ -7,12 +7,15 @@ offers for that op: more effort must buy more time.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from kernel_advisor.recommend.conditions import Check
 from kernel_advisor.recommend.engine import Engine, Recommendation, evaluate_rule, recommendation
 from kernel_advisor.recommend.schema import LADDER, Rule
 from kernel_advisor.recommend.subjects import Subject
+
+if TYPE_CHECKING:
+    from reference_kernels.registry import KernelSpec
 
 CHOOSE_FRAC = 0.8  # NB: a cheaper rung is preferred while it gets 80 % of the best saving
 
@@ -88,7 +91,8 @@ def _nearest_miss(engine: Engine, tier: str, op: Subject) -> str:
     return best[1] if best else f"no {tier} rule covers {op.evidence['name']}"
 
 
-def _no_saving(engine: Engine, rule, op: Subject, checks, spec) -> str:
+def _no_saving(engine: Engine, rule: Rule, op: Subject, checks: tuple[Check, ...],
+               spec: KernelSpec | None) -> str:
     """A rule that applies but claims nothing: its gain model's own reason (a kernel that lost
     to eager at the nearest measured shape says so, with both times)."""
     if rule.scope != "op":
