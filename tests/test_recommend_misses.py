@@ -114,3 +114,20 @@ def test_a_much_larger_inner_claim_is_kept():
     sdpa = _rec("lib-sdpa", "library", "pattern:naive-attention:12-13-14", 0.5e-3)
     chain = _rec("compile-fuse-elementwise", "compile", "pattern:elementwise-chain:13-14", 1.0e-3)
     assert split_covered([sdpa, chain]) == ([sdpa, chain], [])
+
+
+@pytest.mark.parametrize("norm_time_s, offered", [(0.0, True), (60e-6, False)])
+def test_channels_last_is_not_offered_where_group_norm_takes_time(norm_time_s, offered):
+    # A bf16 conv at 40 % of its roof; beside it a GroupNorm taking 60 of 460 µs of device time
+    # (13 %): GroupNorm copies a channels_last input to NCHW and back, so the rung is withheld.
+    conv = op_row(0, "aten::conv2d", [[32, 64, 56, 56], [64, 64, 3, 3]], [BF16, BF16], 1, 400e-6,
+                  flops=2 * 32 * 64 * 56 * 56 * 64 * 9.0, nbytes=2 * 2 * 32 * 64 * 56 * 56, bw=BW)
+    conv["input_strides"] = "[[200704, 3136, 56, 1], [576, 9, 3, 1]]"
+    rows = [conv]
+    if norm_time_s:
+        rows.append(op_row(1, "aten::group_norm", [[32, 64, 56, 56]], [BF16], 1, norm_time_s,
+                           flops=1e6, nbytes=2 * 2 * 32 * 64 * 56 * 56, bw=BW))
+    total = sum(r["device_time_total_s"] for r in rows)
+    report = recommend(op_table(rows), sequence_from([]), run_meta(total_device_time_s=total,
+                       step_wall_s=total / STEPS, ceilings=CEILINGS), RULES, KERNELS)
+    assert ("lib-channels-last" in [f.rule_id for f in report.findings]) is offered

@@ -196,6 +196,7 @@ CONDITIONS: Mapping[str, CondSpec] = {
         "world_size", "straggler_ratio", "exposed_comm_pct", "max_comm_wait_pct", "overlap_frac",
         "allreduce_count", "mean_allreduce_bytes", "busbw_frac_of_ceiling")},
     "graph_breaks": _range(_ALL, "graph_breaks"),
+    "nchw_norm_share_pct": _range(_ALL, "nchw_norm_share_pct"),
 }
 
 
