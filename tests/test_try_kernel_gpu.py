@@ -1,6 +1,7 @@
 """try-kernel on a GPU: reference kernels in the example models pass the gate and get timings."""
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -133,3 +134,21 @@ def test_routed_calls_run_eager_and_say_so(examples_dir, advisor_home, monkeypat
     assert v["status"] == "not applied" and v["eager_routed_calls"] == v["fallback_calls"] > 0
     assert v["reason"].startswith("every call fell back to PyTorch: " + EAGER_ROUTE)
     assert "triton.rms_norm loses at 4096x4096 bfloat16 fwd" in v["reason"] and "90.0 us against eager's 30.0 us" in v["reason"]
+
+
+@pytest.mark.routes
+def test_a_host_bound_model_is_never_made_slower_silently(advisor_home):
+    """The issue's done-when on the shipped routes: profiled first, so try-kernel knows the step
+    is host-bound (a small ViT: the device busy ~20 % of it), every bundled kernel either keeps the
+    model as fast or names the calls it left to eager."""
+    model = Path(__file__).resolve().parents[1] / "benchmarks" / "advice" / "models" / "vit_tiny.py"
+    profiled = CliRunner().invoke(kernel_advisor.cli.app, [
+        "profile", str(model), "--device", "cuda", "--dtype", "bfloat16", "--steps", "5", "--warmup", "3"])
+    assert profiled.exit_code == 0, profiled.output
+    kernels = ("triton.layer_norm", "triton.gelu", "triton.softmax")
+    variants, out = run(model, *kernels, "--dtype", "bfloat16")
+    assert any("(host-bound)" in n for n in out["notes"]), out["notes"]
+    for name in kernels:
+        v = variants[name]
+        slower = v["status"] == "passed" and v["speedup"]["high"] < 1.0
+        assert not slower or v["eager_routed_calls"] > 0, (name, v["speedup"], v["reason"])
