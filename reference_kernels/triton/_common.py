@@ -25,6 +25,17 @@ MAX_FUSED_COLS = 65536
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
 
 
+def cdiv(a: int, b: int) -> int:
+    """triton.cdiv for launchers. NB: triton's is a ConstexprFunction (triton >= 3.5), whose host
+    call costs a few µs; launchers call it on every launch."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """triton.next_power_of_2 for launchers (0 for 0, as triton's), without its call cost."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
 def ints(*values) -> tuple[int, ...]:
     """Sizes and strides as Python ints. AOTAutograd traces a triton_op's launcher with SymInt
     sizes under dynamic shapes: the launch settings' caches cannot hash those and constexprs
@@ -93,7 +104,7 @@ def num_warps_for(block_elements: int) -> int:
 def rows_per_program(block_cols: int, n_rows: int, target_elements: int = 4096) -> int:
     """Pack short rows into one program (a 2-D tile) so each program moves >= ~4K elements."""
     rows = max(1, target_elements // block_cols)
-    return min(triton.next_power_of_2(rows), triton.next_power_of_2(n_rows))
+    return min(next_power_of_2(rows), next_power_of_2(n_rows))
 
 
 def partial_sum_programs(device: torch.device, n_row_blocks: int) -> int:
@@ -134,7 +145,7 @@ def flat(t: torch.Tensor) -> torch.Tensor:
 
 
 def elementwise_grid(n: int) -> tuple[int]:
-    return (triton.cdiv(n, ELEMENTWISE_BLOCK),)
+    return (cdiv(n, ELEMENTWISE_BLOCK),)
 
 
 @triton.jit

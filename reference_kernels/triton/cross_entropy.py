@@ -15,8 +15,8 @@ import triton
 import triton.language as tl
 
 from reference_kernels.triton._common import (
-    acc_torch_dtype, acc_type, check_same_device, check_tensor, ints, num_warps_for, sm_count,
-)
+    acc_torch_dtype, acc_type, cdiv, check_same_device, check_tensor, ints, next_power_of_2,
+    num_warps_for, sm_count)
 from reference_kernels.triton._ops import kernel_op, launcher
 
 MAX_BLOCK_COLS = 8192
@@ -184,7 +184,7 @@ def _ce_bwd(logits_ptr, target_ptr, lse_ptr, scale_ptr, grad_ptr, n_cols, row_st
 
 
 def _block_cols(n_cols: int) -> int:
-    return min(triton.next_power_of_2(n_cols), MAX_BLOCK_COLS)
+    return min(next_power_of_2(n_cols), MAX_BLOCK_COLS)
 
 
 def _fwd_chunks(n_rows: int, n_cols: int, elt_bytes: int, device: torch.device) -> int:
@@ -194,8 +194,8 @@ def _fwd_chunks(n_rows: int, n_cols: int, elt_bytes: int, device: torch.device) 
         target = 4  # the interpreter: enough to exercise the chunked path on short batches
     if n_rows >= target:
         return 1
-    return max(1, min(triton.cdiv(target, n_rows),
-                      triton.cdiv(n_cols * elt_bytes, FWD_MIN_CHUNK_BYTES)))
+    return max(1, min(cdiv(target, n_rows),
+                      cdiv(n_cols * elt_bytes, FWD_MIN_CHUNK_BYTES)))
 
 
 @dataclass(frozen=True)
@@ -230,7 +230,7 @@ class FwdConfig:
 def fwd_config(n_cols: int, dtype: torch.dtype) -> FwdConfig:
     # Blocks of FWD_BLOCK_BYTES (8192 bf16, 4096 fp32 logits): measured on an H200, fp32
     # 4096 x 4 warps 0.99 of copy against 0.95-0.98 for 8192 x 8.
-    block = min(triton.next_power_of_2(n_cols), FWD_BLOCK_BYTES // dtype.itemsize)
+    block = min(next_power_of_2(n_cols), FWD_BLOCK_BYTES // dtype.itemsize)
     return FwdConfig(block, _fwd_warps(block, dtype.itemsize), _group(block, dtype.itemsize),
                      _evict_first(dtype.itemsize))
 
@@ -251,7 +251,7 @@ def _fwd_warps(block_cols: int, elt_bytes: int) -> int:
     # 0.82-0.83 with 8, 0.82-0.86 with 2): a streaming reduction wants more resident programs
     # per SM rather than more warps per program.
     warps = block_cols * elt_bytes // (32 * FWD_BYTES_PER_THREAD)
-    return max(1, min(16, triton.next_power_of_2(max(warps, 1))))
+    return max(1, min(16, next_power_of_2(max(warps, 1))))
 
 
 def cross_entropy_fwd(logits2d: torch.Tensor, target: torch.Tensor, ignore_index: int,
@@ -287,7 +287,7 @@ def _launch_fwd(logits2d, target, losses, lse, ignore_index: int,
         logits2d, target, pairs, arrived, losses, lse, n_cols, row_stride,
         chunks.n_chunks, ignore_index, ACC=acc, BLOCK_N=chunks.block, GROUP=chunks.group,
         THREADS=32 * chunks.warps, EVICT=_policy(_evict_first(elt_bytes)), STAGES=1,
-        CHUNK_N=chunks.chunk_cols, CHUNKS=triton.next_power_of_2(chunks.n_chunks),
+        CHUNK_N=chunks.chunk_cols, CHUNKS=next_power_of_2(chunks.n_chunks),
         num_warps=chunks.warps)
 
 
@@ -310,9 +310,9 @@ def _chunk_plan(n_rows: int, n_cols: int, elt_bytes: int,
     n_chunks = _fwd_chunks(n_rows, n_cols, elt_bytes, device)
     if n_chunks == 1:
         return None
-    block = _block_cols(triton.cdiv(n_cols, n_chunks))
-    chunk_cols = triton.cdiv(triton.cdiv(n_cols, n_chunks), block) * block
-    return ChunkPlan(triton.cdiv(n_cols, chunk_cols), chunk_cols, block,
+    block = _block_cols(cdiv(n_cols, n_chunks))
+    chunk_cols = cdiv(cdiv(n_cols, n_chunks), block) * block
+    return ChunkPlan(cdiv(n_cols, chunk_cols), chunk_cols, block,
                      _fwd_warps(block, elt_bytes), _group(block, elt_bytes))
 
 

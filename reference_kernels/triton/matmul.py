@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels.triton._common import INTERPRETED, check_same_device, check_tensor, ints
+from reference_kernels.triton._common import cdiv, check_same_device, check_tensor, INTERPRETED, ints
 from reference_kernels.triton._ops import kernel_op, launcher
 
 MATMUL_DTYPES = (torch.float16, torch.bfloat16)
@@ -85,11 +85,11 @@ def matmul_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
                                     c.stride(0), c.stride(1)))
     if INTERPRETED:
         t = _INTERPRETER_TILE
-        grid = (triton.cdiv(M, t["BLOCK_M"]) * triton.cdiv(N, t["BLOCK_N"]),)
+        grid = (cdiv(M, t["BLOCK_M"]) * cdiv(N, t["BLOCK_N"]),)
         launcher(_matmul_kernel)[grid](*args, DOT_IN_FP32=True, **t)
     else:
         def grid(meta):
-            return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+            return (cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),)
         launcher(_matmul_autotuned)[grid](*args, DOT_IN_FP32=False)
     return c
 

@@ -16,9 +16,8 @@ import triton
 import triton.language as tl
 
 from reference_kernels.triton._common import (
-    MAX_FUSED_COLS, acc_torch_dtype, acc_type, ints, num_warps_for, partial_sum_programs,
-    rows_per_program, sm_count,
-)
+    MAX_FUSED_COLS, acc_torch_dtype, acc_type, cdiv, ints, next_power_of_2, num_warps_for,
+    partial_sum_programs, rows_per_program, sm_count)
 from reference_kernels.triton import rowsplit
 from reference_kernels.triton._ops import kernel_op, launcher
 from reference_kernels.triton.norm_split import split_norm_bwd, split_norm_fwd
@@ -181,7 +180,7 @@ def _split(n_cols: int) -> bool:
 
 
 def _block_cols(n_cols: int) -> int:
-    return triton.next_power_of_2(n_cols)
+    return next_power_of_2(n_cols)
 
 
 def _warps_by_bytes(block_elements: int, dtype: torch.dtype) -> int:
@@ -276,7 +275,7 @@ def norm_fwd(x2d, residual2d, weight, bias, eps: float, is_rms: bool,
     block_m, block_n = config.block_m, _block_cols(n_cols)
     x_stride, res_stride = ints(x2d.stride(0),
                                 residual2d.stride(0) if residual2d is not None else 0)
-    launcher(_norm_fwd)[(triton.cdiv(n_rows, block_m),)](
+    launcher(_norm_fwd)[(cdiv(n_rows, block_m),)](
         x2d, residual2d, weight, bias, y, h, mean, rstd, n_rows, n_cols, eps,
         x_stride, res_stride, IS_RMS=is_rms, HAS_RESIDUAL=residual2d is not None,
         HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, ACC=acc_type(x2d.dtype),
@@ -344,7 +343,7 @@ def _bwd_launch(n_rows: int, n_cols: int, dtype: torch.dtype, is_rms: bool, fuse
 def _bwd_grid(n_rows: int, n_cols: int, device: torch.device,
               config: BwdConfig) -> tuple[int, int]:
     block_m = rows_per_program(_block_cols(n_cols), n_rows)
-    return block_m, _bwd_programs(device, triton.cdiv(n_rows, block_m), config.programs_per_sm)
+    return block_m, _bwd_programs(device, cdiv(n_rows, block_m), config.programs_per_sm)
 
 
 def _bwd_programs(device: torch.device, n_row_blocks: int, per_sm: int) -> int:
@@ -380,7 +379,7 @@ def _sum_partials(parts: torch.Tensor, programs: int, n_elements: int) -> torch.
         return parts.sum(1)
     out = torch.empty((n_sums, n_cols), dtype=parts.dtype, device=parts.device)
     p_block, c_block = _sum_tile(programs)
-    launcher(_sum_parts)[(triton.cdiv(n_cols, c_block), n_sums)](
+    launcher(_sum_parts)[(cdiv(n_cols, c_block), n_sums)](
         parts, out, programs, n_cols, P_BLOCK=p_block, C_BLOCK=c_block, num_warps=SUM_WARPS)
     return out
 
@@ -393,7 +392,7 @@ SUM_TILE_ELEMENTS = 16384  # 64 fp32 values a thread with 8 warps
 def _sum_tile(programs: int) -> tuple[int, int]:
     """(partial rows, columns) per tile: every partial row in one tile up to 256 of them,
     so each program issues all its loads at once; 16 to 1024 columns (64 B to 4 KiB rows)."""
-    p_block = min(triton.next_power_of_2(programs), 256)
+    p_block = min(next_power_of_2(programs), 256)
     return p_block, max(16, min(1024, SUM_TILE_ELEMENTS // p_block))
 
 

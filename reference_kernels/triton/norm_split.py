@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from reference_kernels.triton import rowsplit
-from reference_kernels.triton._common import acc_torch_dtype, acc_type, ints
+from reference_kernels.triton._common import acc_torch_dtype, acc_type, cdiv, ints
 from reference_kernels.triton._ops import launcher
 from reference_kernels.triton.rowsplit import load_partials, row_and_cols, row_and_segment
 
@@ -217,9 +217,9 @@ def split_norm_fwd(x2d, residual2d, weight, bias, eps: float, is_rms: bool, y, h
 def bwd_runs(n_rows: int, n_cols: int, block: int, target: int) -> tuple[int, int]:
     """(rows per run, runs) of the backward apply step: enough runs that runs x column
     blocks reaches `target` programs; each run costs one dw/db partial row (n_cols*4 bytes)."""
-    runs = max(1, min(n_rows, target // triton.cdiv(n_cols, block)))
-    per_run = triton.cdiv(n_rows, runs)
-    return per_run, triton.cdiv(n_rows, per_run)
+    runs = max(1, min(n_rows, target // cdiv(n_cols, block)))
+    per_run = cdiv(n_rows, runs)
+    return per_run, cdiv(n_rows, per_run)
 
 
 def split_norm_bwd(x2d, weight, mean, rstd, dy2d, dres2d, dx, need_dw: bool, need_db: bool,
@@ -239,7 +239,7 @@ def split_norm_bwd(x2d, weight, mean, rstd, dy2d, dres2d, dx, need_dw: bool, nee
         x2d, weight, mean, rstd, dy2d, c[0], c[1], n_cols, *strides, config.seg_cols,
         config.segments, IS_RMS=is_rms, HAS_WEIGHT=weight is not None, ACC=acc,
         BLOCK=config.block, num_warps=config.num_warps)
-    launcher(_norm_bwd_split_apply)[(runs * triton.cdiv(n_cols, config.block),)](
+    launcher(_norm_bwd_split_apply)[(runs * cdiv(n_cols, config.block),)](
         x2d, weight, mean, rstd, dy2d, dres2d, dx, c[0], c[1],
         parts[0] if need_dw else None, parts[n_sums - 1] if need_db else None,
         n_rows, n_cols, per_run, *strides,

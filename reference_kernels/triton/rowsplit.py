@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from reference_kernels.triton._common import INTERPRETED, num_warps_for, sm_count
+from reference_kernels.triton._common import cdiv, INTERPRETED, next_power_of_2, num_warps_for, sm_count
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class SplitConfig:
     @property
     def segs_block(self) -> int:
         """The merge's vector width: every partial of a row in one load."""
-        return triton.next_power_of_2(self.segments)
+        return next_power_of_2(self.segments)
 
 
 # NB: 4096 columns per chunk is the softmax loop's chunk (LOOP_BLOCK_COLS), tuned on an H200
@@ -68,10 +68,10 @@ def target_programs(device: torch.device) -> int:
 def split_config(n_rows: int, n_cols: int, target: int, block: int = SPLIT_BLOCK) -> SplitConfig:
     """Segments per row so that rows x segments reaches `target` programs (1 when the rows
     alone do), each a whole number of chunks."""
-    chunks = triton.cdiv(n_cols, block)
-    segments = max(1, min(triton.cdiv(target, max(n_rows, 1)), chunks, MAX_SEGMENTS))
-    seg_cols = triton.cdiv(chunks, segments) * block
-    return SplitConfig(block, triton.cdiv(n_cols, seg_cols), seg_cols)
+    chunks = cdiv(n_cols, block)
+    segments = max(1, min(cdiv(target, max(n_rows, 1)), chunks, MAX_SEGMENTS))
+    seg_cols = cdiv(chunks, segments) * block
+    return SplitConfig(block, cdiv(n_cols, seg_cols), seg_cols)
 
 
 def split_for(n_rows: int, n_cols: int, device: torch.device) -> SplitConfig:
@@ -94,7 +94,7 @@ def stats_grid(n_rows: int, config: SplitConfig) -> tuple[int]:
 
 
 def apply_grid(n_rows: int, n_cols: int, config: SplitConfig) -> tuple[int]:
-    return (n_rows * triton.cdiv(n_cols, config.block),)
+    return (n_rows * cdiv(n_cols, config.block),)
 
 
 @triton.jit

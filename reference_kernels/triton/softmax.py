@@ -15,9 +15,8 @@ import triton
 import triton.language as tl
 
 from reference_kernels.triton._common import (
-    INTERPRETED, acc_torch_dtype, acc_type, as_rows, check_tensor, ints, num_warps_for,
-    online_update, rows_per_program,
-)
+    INTERPRETED, acc_torch_dtype, acc_type, as_rows, cdiv, check_tensor, ints, next_power_of_2,
+    num_warps_for, online_update, rows_per_program)
 from reference_kernels.triton import rowsplit
 from reference_kernels.triton._ops import kernel_op, launcher
 from reference_kernels.triton.rowsplit import load_partials, row_and_cols, row_and_segment
@@ -224,7 +223,7 @@ ONE_WARP_ELEMENTS = 1024
 
 @functools.lru_cache(maxsize=1024)
 def block_config(n_rows: int, n_cols: int) -> BlockConfig:
-    block_n = triton.next_power_of_2(n_cols)
+    block_n = next_power_of_2(n_cols)
     block_m = rows_per_program(block_n, n_rows)
     if block_n <= ONE_WARP_COLS:
         return BlockConfig(min(block_m, ONE_WARP_ELEMENTS // block_n), 1)
@@ -240,10 +239,10 @@ def softmax_fwd(x2d: torch.Tensor, log: bool, config: BlockConfig | None = None)
     acc = acc_type(x2d.dtype)
     if n_cols <= SINGLE_BLOCK_COLS and rowsplit.FORCE is None:
         config = config or block_config(n_rows, n_cols)
-        grid = (triton.cdiv(n_rows, config.block_m),)
+        grid = (cdiv(n_rows, config.block_m),)
         launcher(_softmax_fwd_block)[grid](
             x2d, y, n_rows, n_cols, row_stride, LOG=log, ACC=acc, BLOCK_M=config.block_m,
-            BLOCK_N=triton.next_power_of_2(n_cols), num_warps=config.num_warps)
+            BLOCK_N=next_power_of_2(n_cols), num_warps=config.num_warps)
     elif rowsplit.few_rows(n_rows, x2d.device):
         _softmax_fwd_split(x2d, y, log)
     else:
@@ -280,10 +279,10 @@ def softmax_bwd(y2d: torch.Tensor, dy2d: torch.Tensor, log: bool,
     strides = ints(y2d.stride(0), dy2d.stride(0))
     if n_cols <= SINGLE_BLOCK_COLS and rowsplit.FORCE is None:
         config = config or block_config(n_rows, n_cols)
-        grid = (triton.cdiv(n_rows, config.block_m),)
+        grid = (cdiv(n_rows, config.block_m),)
         launcher(_softmax_bwd_block)[grid](
             y2d, dy2d, dx, n_rows, n_cols, *strides, LOG=log, ACC=acc, BLOCK_M=config.block_m,
-            BLOCK_N=triton.next_power_of_2(n_cols), num_warps=config.num_warps)
+            BLOCK_N=next_power_of_2(n_cols), num_warps=config.num_warps)
     elif rowsplit.few_rows(n_rows, y2d.device):
         _softmax_bwd_split(y2d, dy2d, dx, log)
     else:
