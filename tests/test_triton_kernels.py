@@ -281,6 +281,26 @@ def test_softmax_other_dim_and_non_contiguous_input():
     torch.testing.assert_close(softmax(torch.tensor(2.0, device=DEV)).cpu(), torch.tensor(1.0))
 
 
+@pytest.mark.parametrize("layout", ["3-D", "transposed", "channels_last"])
+def test_elementwise_kernels_keep_any_layout(layout):
+    # The elementwise launchers walk a contiguous tensor as it is and copy any other once; the
+    # outputs and gradients keep the input's shape (float32 against float32 eager).
+    x, b = randn(3, 5, 7, 9, seed=2), randn(3, 5, 7, 9, seed=3)
+    if layout == "transposed":
+        x, b = x.transpose(1, 3), b.transpose(1, 3)
+    elif layout == "channels_last":
+        x, b = (t.contiguous(memory_format=torch.channels_last) for t in (x, b))
+    for fn, ref in ((gelu, F.gelu), (silu, F.silu), (swiglu, lambda p, q: F.silu(p) * q)):
+        args = (x, b)[:2 if fn is swiglu else 1]
+        leaves = [a.detach().clone().requires_grad_(True) for a in args]
+        refs = [a.detach().clone().requires_grad_(True) for a in args]
+        out, want = fn(*leaves), ref(*refs)
+        assert out.shape == want.shape
+        torch.testing.assert_close(out, want)
+        grads = torch.autograd.grad(out.sum(), leaves)
+        torch.testing.assert_close(grads, torch.autograd.grad(want.sum(), refs))
+
+
 def test_row_stride_views_are_read_in_place():
     wide = randn(5, 200)
     x = wide[:, 10:137]  # rows 200 apart, unit column stride: no copy needed

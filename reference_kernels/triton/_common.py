@@ -139,9 +139,11 @@ ELEMENTWISE_BLOCK = 16384 if INTERPRETED else 2048
 ELEMENTWISE_WARPS = 8
 
 
-def flat(t: torch.Tensor) -> torch.Tensor:
-    """A contiguous 1-D view (copies a non-contiguous tensor once)."""
-    return t.contiguous().view(-1)
+def dense(t: torch.Tensor) -> torch.Tensor:
+    """`t` if contiguous, else a contiguous copy: elementwise kernels walk its numel() elements
+    in memory order, whatever its shape, and their outputs (empty_like) keep that shape.
+    NB: no 1-D view and back, a few µs of host time a call."""
+    return t if t.is_contiguous() else t.contiguous()
 
 
 def elementwise_grid(n: int) -> tuple[int]:

@@ -6,7 +6,7 @@ import triton
 import triton.language as tl
 
 from reference_kernels.triton._common import (
-    ELEMENTWISE_BLOCK, ELEMENTWISE_WARPS, acc_type, check_tensor, elementwise_grid, flat,
+    ELEMENTWISE_BLOCK, ELEMENTWISE_WARPS, acc_type, check_tensor, dense, elementwise_grid,
 )
 from reference_kernels.triton._ops import kernel_op, launcher
 
@@ -85,23 +85,23 @@ def _fast16(dtype: torch.dtype) -> bool:
     return dtype in (torch.float16, torch.bfloat16)
 
 
-def gelu_fwd(x1d: torch.Tensor, tanh: bool) -> torch.Tensor:
-    y = torch.empty_like(x1d)
+def gelu_fwd(x: torch.Tensor, tanh: bool) -> torch.Tensor:
+    y = torch.empty_like(x)
     n = int(y.numel())  # a SymInt while AOTAutograd traces the triton_op
     if n:
         launcher(_gelu_fwd)[elementwise_grid(n)](
-            x1d, y, n, TANH=tanh, FAST16=_fast16(x1d.dtype), ACC=acc_type(x1d.dtype),
+            x, y, n, TANH=tanh, FAST16=_fast16(x.dtype), ACC=acc_type(x.dtype),
             BLOCK=ELEMENTWISE_BLOCK, num_warps=ELEMENTWISE_WARPS)
     return y
 
 
-def gelu_bwd(x1d: torch.Tensor, dy1d: torch.Tensor, tanh: bool) -> torch.Tensor:
-    dx = torch.empty_like(x1d)
+def gelu_bwd(x: torch.Tensor, dy: torch.Tensor, tanh: bool) -> torch.Tensor:
+    dx = torch.empty_like(x)
     n = int(dx.numel())  # a SymInt while AOTAutograd traces the triton_op
     if n:
         launcher(_gelu_bwd)[elementwise_grid(n)](
-            x1d, dy1d, dx, n, TANH=tanh, FAST16=_fast16(x1d.dtype),
-            ACC=acc_type(x1d.dtype), BLOCK=ELEMENTWISE_BLOCK, num_warps=ELEMENTWISE_WARPS)
+            x, dy, dx, n, TANH=tanh, FAST16=_fast16(x.dtype),
+            ACC=acc_type(x.dtype), BLOCK=ELEMENTWISE_BLOCK, num_warps=ELEMENTWISE_WARPS)
     return dx
 
 
@@ -111,12 +111,12 @@ def _like(x: torch.Tensor, *_) -> torch.Tensor:
 
 @kernel_op("gelu", _like)
 def gelu_op(x: torch.Tensor, approximate: str) -> torch.Tensor:
-    return gelu_fwd(flat(x), approximate == "tanh").view(x.shape)
+    return gelu_fwd(dense(x), approximate == "tanh")
 
 
 @kernel_op("gelu_backward", _like)
 def gelu_backward_op(x: torch.Tensor, dy: torch.Tensor, approximate: str) -> torch.Tensor:
-    return gelu_bwd(flat(x), flat(dy), approximate == "tanh").view(x.shape)
+    return gelu_bwd(dense(x), dense(dy), approximate == "tanh")
 
 
 def _setup(ctx, inputs, output) -> None:

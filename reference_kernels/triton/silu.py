@@ -6,7 +6,7 @@ import triton
 import triton.language as tl
 
 from reference_kernels.triton._common import (
-    ELEMENTWISE_BLOCK, ELEMENTWISE_WARPS, acc_type, check_tensor, elementwise_grid, flat,
+    ELEMENTWISE_BLOCK, ELEMENTWISE_WARPS, acc_type, check_tensor, dense, elementwise_grid,
 )
 from reference_kernels.triton._ops import kernel_op, launcher
 
@@ -32,22 +32,22 @@ def _silu_bwd(x_ptr, dy_ptr, dx_ptr, n, ACC: tl.constexpr, BLOCK: tl.constexpr):
              mask=mask)
 
 
-def silu_fwd(x1d: torch.Tensor) -> torch.Tensor:
-    y = torch.empty_like(x1d)
+def silu_fwd(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(x)
     n = int(y.numel())  # a SymInt while AOTAutograd traces the triton_op
     if n:
         launcher(_silu_fwd)[elementwise_grid(n)](
-            x1d, y, n, ACC=acc_type(x1d.dtype), BLOCK=ELEMENTWISE_BLOCK,
+            x, y, n, ACC=acc_type(x.dtype), BLOCK=ELEMENTWISE_BLOCK,
             num_warps=ELEMENTWISE_WARPS)
     return y
 
 
-def silu_bwd(x1d: torch.Tensor, dy1d: torch.Tensor) -> torch.Tensor:
-    dx = torch.empty_like(x1d)
+def silu_bwd(x: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    dx = torch.empty_like(x)
     n = int(dx.numel())  # a SymInt while AOTAutograd traces the triton_op
     if n:
         launcher(_silu_bwd)[elementwise_grid(n)](
-            x1d, dy1d, dx, n, ACC=acc_type(x1d.dtype), BLOCK=ELEMENTWISE_BLOCK,
+            x, dy, dx, n, ACC=acc_type(x.dtype), BLOCK=ELEMENTWISE_BLOCK,
             num_warps=ELEMENTWISE_WARPS)
     return dx
 
@@ -58,12 +58,12 @@ def _like(x: torch.Tensor, *_) -> torch.Tensor:
 
 @kernel_op("silu", _like)
 def silu_op(x: torch.Tensor) -> torch.Tensor:
-    return silu_fwd(flat(x)).view(x.shape)
+    return silu_fwd(dense(x))
 
 
 @kernel_op("silu_backward", _like)
 def silu_backward_op(x: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
-    return silu_bwd(flat(x), flat(dy)).view(x.shape)
+    return silu_bwd(dense(x), dense(dy))
 
 
 def _setup(ctx, inputs, output) -> None:

@@ -7,7 +7,7 @@ import triton.language as tl
 
 from reference_kernels.triton._common import (
     ELEMENTWISE_BLOCK, ELEMENTWISE_WARPS, acc_type, check_same_device, check_tensor,
-    elementwise_grid, flat,
+    dense, elementwise_grid,
 )
 from reference_kernels.triton._ops import kernel_op, launcher
 
@@ -37,22 +37,22 @@ def _swiglu_bwd(a_ptr, b_ptr, dy_ptr, da_ptr, db_ptr, n, ACC: tl.constexpr,
     tl.store(db_ptr + offs, (dy * a * s).to(db_ptr.dtype.element_ty), mask=mask)
 
 
-def swiglu_fwd(a1d: torch.Tensor, b1d: torch.Tensor) -> torch.Tensor:
-    y = torch.empty_like(a1d)
+def swiglu_fwd(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(a)
     n = int(y.numel())  # a SymInt while AOTAutograd traces the triton_op
     if n:
         launcher(_swiglu_fwd)[elementwise_grid(n)](
-            a1d, b1d, y, n, ACC=acc_type(a1d.dtype), BLOCK=ELEMENTWISE_BLOCK,
+            a, b, y, n, ACC=acc_type(a.dtype), BLOCK=ELEMENTWISE_BLOCK,
             num_warps=ELEMENTWISE_WARPS)
     return y
 
 
-def swiglu_bwd(a1d: torch.Tensor, b1d: torch.Tensor, dy1d: torch.Tensor):
-    da, db = torch.empty_like(a1d), torch.empty_like(b1d)
+def swiglu_bwd(a: torch.Tensor, b: torch.Tensor, dy: torch.Tensor):
+    da, db = torch.empty_like(a), torch.empty_like(b)
     n = int(da.numel())  # a SymInt while AOTAutograd traces the triton_op
     if n:
         launcher(_swiglu_bwd)[elementwise_grid(n)](
-            a1d, b1d, dy1d, da, db, n, ACC=acc_type(a1d.dtype), BLOCK=ELEMENTWISE_BLOCK,
+            a, b, dy, da, db, n, ACC=acc_type(a.dtype), BLOCK=ELEMENTWISE_BLOCK,
             num_warps=ELEMENTWISE_WARPS)
     return da, db
 
@@ -63,14 +63,13 @@ def _like(x: torch.Tensor) -> torch.Tensor:
 
 @kernel_op("swiglu", lambda a, b: _like(a))
 def swiglu_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return swiglu_fwd(flat(a), flat(b)).view(a.shape)
+    return swiglu_fwd(dense(a), dense(b))
 
 
 @kernel_op("swiglu_backward", lambda a, b, dy: (_like(a), _like(b)))
 def swiglu_backward_op(a: torch.Tensor, b: torch.Tensor, dy: torch.Tensor
                        ) -> tuple[torch.Tensor, torch.Tensor]:
-    da, db = swiglu_bwd(flat(a), flat(b), flat(dy))
-    return da.view(a.shape), db.view(b.shape)
+    return swiglu_bwd(dense(a), dense(b), dense(dy))
 
 
 def _setup(ctx, inputs, output) -> None:
