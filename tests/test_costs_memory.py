@@ -216,3 +216,14 @@ def test_ddp_reducer_copies(dtype, itemsize):
     assert (mul.flops, mul.bytes) == (n, 2 * n * itemsize)  # one multiply by 1/world_size each
     copy = op_cost("torch.distributed.ddp.reducer::copy_bucket_to_grad", [[8192, 8192]], [dtype], [""])
     assert (copy.flops, copy.bytes) == (0, 2 * n * itemsize)
+
+
+@pytest.mark.parametrize("name, shapes, types, concrete", [
+    ("aten::tril_indices", [[], [], []], ["Scalar"] * 3, ["nan", 3, 0]),  # CI's hypothesis found these
+    ("aten::triu_indices", [[], [], []], ["Scalar"] * 3, ["inf", 3, 0]),
+    ("aten::triu_indices", [[], [], []], ["Scalar"] * 3, [10**9, 3, 0]),
+    ("aten::arange", [[], [], [], [], []], ["Scalar"] * 5, ["inf", "", "", "", ""]),
+    ("aten::upsample_nearest2d", [[1, 3, 8, 8], [], []], ["float", "", ""], ["", "", "[nan, 2.0]"]),
+])
+def test_non_finite_or_impossible_arguments_are_unmodelled_not_errors(name, shapes, types, concrete):
+    assert op_cost(name, shapes, types, concrete) is None

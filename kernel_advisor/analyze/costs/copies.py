@@ -145,11 +145,17 @@ def triangle_count(rows: int, cols: int, offset: int, upper: bool) -> int:
     return sum(min(max(i + offset + 1, 0), cols) for i in range(rows))
 
 
+MAX_TRIANGLE_ROWS = 10**8
+
+
 @register("triu_indices", "tril_indices")
 def triangle_indices(call: OpCall) -> OpCost:
     # triu_indices(row, col, offset, dtype, layout, device, pin_memory): a [2, n] index tensor.
-    # NB: the count loops over the rows (a Python loop: fine up to millions of rows).
-    rows, cols, offset = (int(call.float_at(i)) for i in range(3))
+    # NB: the count loops over the rows (a Python loop: fine up to millions of rows; a trace
+    # claiming more is not a real call: no device holds its 2 x rows x cols indices).
+    rows, cols, offset = (call.int_at(i) for i in range(3))
+    if rows > MAX_TRIANGLE_ROWS:
+        raise Unmodelled(f"{call.name}: {rows} rows is past any real call")
     count = triangle_count(rows, cols, offset, upper=call.name.endswith("triu_indices"))
     return _created((2, count), call.dtype_code_at(3) or "int64")
 
@@ -165,7 +171,10 @@ def arange_length(start: float, end: float, step: float) -> int:
     """torch.arange's element count: ceil((end - start) / step)."""
     if step == 0:
         raise Unmodelled("arange with step 0")
-    return max(math.ceil((end - start) / step), 0)
+    length = (end - start) / step
+    if not math.isfinite(length):
+        raise Unmodelled(f"arange({start}, {end}, {step}) has no finite length")
+    return max(math.ceil(length), 0)
 
 
 @register("arange")

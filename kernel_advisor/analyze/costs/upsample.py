@@ -60,6 +60,8 @@ def output_spatial(in_spatial: tuple[int, ...], output_size: tuple[int, ...] | N
         return tuple(output_size)
     if scale_factors is None or len(scale_factors) != len(in_spatial):
         raise Unmodelled(f"no output size or scale factors for {in_spatial}")
+    if not all(math.isfinite(f) and f > 0 for f in scale_factors):
+        raise Unmodelled(f"scale factors {scale_factors} are not positive numbers")
     return tuple(int(s * f) for s, f in zip(in_spatial, scale_factors))
 
 
