@@ -16,6 +16,7 @@ from kernel_advisor.recommend.evidence import RunContext
 from kernel_advisor.recommend.kernel_gain import kernel_point_lookup, measured_saving, rows_by_id
 from kernel_advisor.recommend.schema import GainSpec
 from kernel_advisor.recommend.subjects import Subject
+from reference_kernels.routes import host_bound
 
 MEASURED_KERNEL = "measured-kernel"  # a kernel rung's saving from the kernel's own sweep
 HOST_GAPS = "host-gaps"  # pseudo-row: device idle time between kernels, what CUDA graphs remove
@@ -211,8 +212,6 @@ def _measured_kernel(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.
 
 def _host_bound(ctx: RunContext) -> bool:
     """The step's regime for the kernel's measured routes (reference_kernels/routes.py)."""
-    from reference_kernels.routes import host_bound
-
     return host_bound(ctx.device_busy_per_step_s / ctx.step_s if ctx.step_s > 0 else None)
 
 

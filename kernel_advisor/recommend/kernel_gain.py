@@ -17,6 +17,7 @@ import pandas as pd
 
 from kernel_advisor.recommend.evidence import decoded
 from kernel_advisor.recommend.kernels import op_family
+from reference_kernels.routes import routes
 
 NORMS = {"layer_norm", "rms_norm"}
 
@@ -62,8 +63,6 @@ def measured_saving(name: str, shapes: Any, dtype: str, train: bool, time_s: flo
 
 def kernel_point_lookup(kernel_id: str) -> Callable[[int, int, str, bool], Any] | None:
     """(rows, cols, dtype, train) -> the nearest measured Point of the kernel, or None."""
-    from reference_kernels.routes import routes
-
     table = routes().get(kernel_id)
     return table.point if table is not None else None
 
