@@ -60,7 +60,7 @@ def as_shipped(df: pd.DataFrame, leave_one_out: bool = False, host_bound_step: b
     eager_at = dict(zip(eager[CELL].itertuples(index=False, name=None), _ok_ms(eager)))
     out = df.copy()
     for (kernel, dtype, pass_), pts in table.groupby(["kernel", "dtype", "pass"]):
-        points = [_point(p) for p in pts.itertuples(index=False)]
+        points = [point_of(p) for p in pts.itertuples(index=False)]
         provider = next(p for p, b in BACKENDS.items() if kernel.startswith(b + "."))
         op = kernel.split(".", 1)[1]
         for i, p in enumerate(points):
@@ -74,6 +74,7 @@ def as_shipped(df: pd.DataFrame, leave_one_out: bool = False, host_bound_step: b
     return out
 
 
-def _point(r) -> Point:
+def point_of(r) -> Point:
+    """The routes.Point of one routes_table row."""
     return Point(int(r.rows), int(r.cols), float(r.kernel_ms), float(r.kernel_host_ms),
                  float(r.eager_ms), float(r.eager_host_ms), str(r.gpu), str(r.commit))

@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE))
 from bench_kernels_csv import (BUNDLED, CLASS_NAMES, DEFAULT_CSV, OTHERS,  # noqa: E402
                                PROVIDERS, read_csv)
 from docdata import splice_block  # noqa: E402
-from kernel_routes import _point, as_shipped, routes_table  # noqa: E402
+from kernel_routes import as_shipped, point_of, routes_table  # noqa: E402
 
 from reference_kernels.routes import ROUTES_CSV  # noqa: E402
 
@@ -310,7 +310,7 @@ def write_routes(df: pd.DataFrame, path: Path) -> str:
     tmp = path.with_suffix(".tmp")
     table.to_csv(tmp, index=False, float_format="%.6g")
     tmp.replace(path)
-    counts = {hb: sum(p.loses(hb) for p in map(_point, table.itertuples(index=False))) for hb in (False, True)}
+    counts = {hb: sum(p.loses(hb) for p in map(point_of, table.itertuples(index=False))) for hb in (False, True)}
     return (f"wrote {path}: {len(table)} measured shapes on {gpu}; the kernel loses {counts[False]} on GPU "
             f"time, {counts[True]} counting host time")
 

@@ -74,7 +74,7 @@ class ShapeClass:
     dtypes: tuple[str, ...] = ()
 
     def matches(self, rows: int, cols: int, dtype: torch.dtype | str) -> bool:
-        name = str(dtype).replace("torch.", "")
+        name = _dtype_name(dtype)
         return (self.min_rows <= rows and (self.max_rows is None or rows <= self.max_rows)
                 and self.min_cols <= cols and (self.max_cols is None or cols <= self.max_cols)
                 and (not self.dtypes or name in self.dtypes))
@@ -162,8 +162,7 @@ class KernelSpec:
         return _resolve(self.reference)
 
     def tolerance(self, dtype: torch.dtype | str) -> tuple[float, float]:
-        name = str(dtype).replace("torch.", "")
-        return self.tolerances.get(name, DEFAULT_TOLERANCES["float32"])
+        return self.tolerances.get(_dtype_name(dtype), DEFAULT_TOLERANCES["float32"])
 
 
 def _dtype_name(dtype: torch.dtype | str) -> str:

@@ -113,10 +113,9 @@ def _print_list(device: str, as_json: bool) -> None:
 
 
 def _eager_text(table: RouteTable | None) -> str:
-    if table is None:
-        return "-"
-    host, device = table.eager_counts(True), table.eager_counts(False)
-    return ", ".join(f"{p} {e}|{device[p][0]}/{n}" for p, (e, n) in host.items())
+    counts = _route_counts(table)
+    return ", ".join(f"{p} {c['eager_host_bound']}|{c['eager_device_bound']}/{c['measured']}"
+                     for p, c in counts.items()) or "-"
 
 
 _SHORT_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from kernel_advisor.collect.step_time import step_time_of
 from kernel_advisor.dtypes import is_floating
+from kernel_advisor.recommend.kernels import op_family
 
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
             "aten::addbmm", "aten::_addmm_activation")
@@ -89,8 +90,7 @@ def run_evidence(ctx: RunContext, ops: Any) -> dict[str, Any]:
 # Norms whose CUDA kernels (torch 2.11) take a channels_last input by copying it to NCHW and
 # back: in benchmarks/advice on the H200, channels_last made a GroupNorm UNet 0.69x and an
 # InstanceNorm style network 0.82x as fast, while BatchNorm ResNets gained 1.27-1.28x.
-NCHW_NORMS = frozenset({"group_norm", "native_group_norm", "instance_norm",
-                        "native_group_norm_backward"})
+NCHW_NORMS = frozenset({"group_norm", "instance_norm", "group_norm_backward"})  # op_family names
 
 
 def nchw_norm_share_pct(ops: Any) -> float:
@@ -98,8 +98,8 @@ def nchw_norm_share_pct(ops: Any) -> float:
     if not len(ops) or "name" not in ops or "device_time_total_s" not in ops:
         return 0.0
     total = float(ops["device_time_total_s"].sum())
-    base = ops["name"].astype(str).str.split("::").str[-1].str.split(".").str[0]
-    norms = float(ops.loc[base.isin(NCHW_NORMS), "device_time_total_s"].sum())
+    family = ops["name"].astype(str).map(op_family)
+    norms = float(ops.loc[family.isin(NCHW_NORMS), "device_time_total_s"].sum())
     return 100.0 * norms / total if total > 0 else 0.0
 
 

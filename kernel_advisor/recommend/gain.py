@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 
 from kernel_advisor.recommend.evidence import RunContext
-from kernel_advisor.recommend.kernel_gain import kernel_point_lookup, measured_saving, rows_by_id
+from kernel_advisor.recommend.kernel_gain import kernel_point_lookup, measured_saving, row_record
 from kernel_advisor.recommend.schema import GainSpec
 from kernel_advisor.recommend.subjects import Subject
 from reference_kernels.routes import host_bound
@@ -192,10 +192,9 @@ def _measured_kernel(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.
                      kernel_id: str | None) -> GainEstimate:
     """The kernel's own sweep at the op's shape (recommend/kernel_gain.py); else the roofline."""
     lookup = kernel_point_lookup(kernel_id) if kernel_id and subject.scope == "op" else None
-    rows = rows_by_id(ops) if lookup else {}
     savings, whys = {}, []
     for row_id, time_s in subject.row_time_per_step_s.items():
-        row = rows.get(row_id)
+        row = row_record(ops, row_id) if lookup else None
         got = measured_saving(str(row.get("name", "")), row.get("input_shapes"),
                               str(subject.evidence.get("dtype") or ""), ctx.mode == "train",
                               time_s, lookup, _host_bound(ctx)) if row else None

@@ -67,7 +67,9 @@ def kernel_point_lookup(kernel_id: str) -> Callable[[int, int, str, bool], Any] 
     return table.point if table is not None else None
 
 
-def rows_by_id(ops: pd.DataFrame) -> Mapping[int, dict]:
+def row_record(ops: pd.DataFrame, row_id: int) -> Mapping[str, Any] | None:
+    """One op row as a dict (a vectorised match: no per-subject copy of the whole table)."""
     if "row_id" not in ops:
-        return {}
-    return {int(r["row_id"]): r for r in ops.to_dict("records")}
+        return None
+    match = ops[ops["row_id"] == row_id]
+    return match.iloc[0].to_dict() if len(match) else None

@@ -7,12 +7,14 @@ Either way the kernel must support the subject's dtype and the run's GPU capabil
 from __future__ import annotations
 
 import importlib
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from reference_kernels.registry import SPEC_MODULES, KernelSpec
 
-from kernel_advisor.recommend.evidence import RunContext
 from kernel_advisor.recommend.schema import Rule
+
+if TYPE_CHECKING:
+    from kernel_advisor.recommend.evidence import RunContext
 
 # Our pattern names and the names the kernel registry uses for the same module-level code.
 PATTERN_ALIASES = {

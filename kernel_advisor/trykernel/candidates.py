@@ -6,7 +6,6 @@ A Candidate carries the callable and every place it goes in this model: aten ove
 from __future__ import annotations
 
 import functools
-
 import inspect
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
