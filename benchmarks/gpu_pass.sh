@@ -12,7 +12,7 @@
 set -uo pipefail
 out=${1:-gpu-pass}
 mkdir -p "$out"
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export ADVISOR_HOME=$out/advisor-home ADVISOR_CACHE_DIR=$out/cache
 run() {  # name, command...: log each step, keep going, record its exit code
     local name=$1; shift

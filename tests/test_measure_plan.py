@@ -6,6 +6,7 @@ import pytest
 from kernel_advisor.actions import get_action
 from kernel_advisor.measure.advice import rerank
 from kernel_advisor.measure.outcome import Outcome
+from kernel_advisor.measure.modes import credit_note, credited, refinements_to_measure
 from kernel_advisor.measure.plan import choose, conflicts
 from kernel_advisor.recommend.engine import Finding, Recommendation
 from kernel_advisor.trykernel.timing import Estimate
@@ -67,3 +68,36 @@ def test_a_recommendation_beyond_top_is_not_measurable_and_says_top():
     got = _outcome_for(rec, {"sdpa": faster(0.3)}, beyond={"pad_gemm"}, top=2)
     assert got.status == "not-measurable" and "outside the top 2 recommendations (--top)" in got.reason
     assert _outcome_for(rec, {"pad_gemm": faster(0.1)}, beyond=set(), top=2).status == faster(0.1).status
+
+
+def timed(speed: float, half_width: float) -> Outcome:
+    """A faster outcome with the given speedup and interval half-width."""
+    return Outcome("passed", speedup=Estimate(speed, speed - half_width, speed + half_width),
+                   gain_frac=1 - 1 / speed, verdict="faster")
+
+
+@pytest.mark.parametrize("default,graphs,expected", [
+    (timed(2.17, 0.01), timed(2.21, 0.005), "compile:reduce-overhead"),  # intervals apart: the graph mode
+    (timed(2.32, 0.05), timed(2.36, 0.05), "compile"),  # overlapping: the cheaper mode keeps it
+    (no_difference(), timed(1.41, 0.03), "compile:reduce-overhead"),  # only the graph mode is faster
+    (timed(1.2, 0.02), Outcome("error", "capture failed"), "compile"),
+])
+def test_a_compile_recommendation_is_credited_with_the_mode_that_measured_clearly_faster(default, graphs, expected):
+    outcomes = {"compile": default, "compile:reduce-overhead": graphs}
+    assert credited("compile", outcomes) == expected
+    assert credited("compile", {"compile": default}) == "compile"  # the mode was not measured
+    # the plan takes the same mode: never the one the recommendation passed over
+    assert [a for a in choose({**outcomes, "sdpa": faster(0.3)}) if a.startswith("compile")] == \
+        ([expected] if outcomes[expected].verdict == "faster" else [])
+
+
+def test_the_graph_mode_is_measured_beside_compile_on_cuda_only():
+    assert refinements_to_measure(["sdpa", "compile"], "cuda") == ["compile:reduce-overhead"]
+    assert refinements_to_measure(["compile", "compile:reduce-overhead"], "cuda") == []
+    assert refinements_to_measure(["compile", "none"], "cpu") == []
+
+
+def test_credit_note_names_both_measurements():
+    outcomes = {"compile": no_difference(), "compile:reduce-overhead": timed(1.41, 0.03)}
+    assert credit_note("compile", "compile:reduce-overhead", outcomes) == (
+        "measured as compile:reduce-overhead: 1.41× [1.38–1.44], against compile's 1× [0.97–1.03]")

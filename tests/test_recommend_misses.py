@@ -5,7 +5,8 @@ import pytest
 from test_recommend_support import BW, CEILINGS, STEPS, op_row, op_table, run_meta, sequence_from
 
 from kernel_advisor.recommend.engine import (Finding, Recommendation, cheaper_first_on_near_ties, near_tie,
-                                             split_covered, subject_rows)
+                                             rank_findings, split_covered, subject_rows)
+from kernel_advisor.recommend.evidence import run_context
 from kernel_advisor.recommend.kernels import registry_kernels
 from kernel_advisor.recommend.report import recommend
 from kernel_advisor.recommend.ruleset import load_rules
@@ -87,6 +88,17 @@ def test_near_ties_go_to_the_cheaper_rung():
                _finding("x", "cuda", 0.2)]
     # 0.9 and 0.87 are within 15 % of 1.0 and of each other: library, compile, triton; cuda stays last
     assert [f.rule_id for f in cheaper_first_on_near_ties(ordered)] == ["l", "c", "t", "x"]
+
+
+def test_a_flag_goes_before_a_code_change_on_the_same_rung():
+    # channels_last and cudnn.benchmark claim the same conv row (0.058 of the step each): the flag,
+    # which changes no code, ranks first; alphabetical order would have put channels_last first.
+    recs = [Recommendation(rule_id=rid, title=rid, tier="library", scope="op", subject="row:0", label="",
+                           message="", saving_per_step_s=0.058, saving_pct=5.8, row_saving_per_step_s={},
+                           action=action)
+            for rid, action in (("lib-channels-last", "channels_last"), ("lib-cudnn-benchmark", "cudnn_benchmark"))]
+    ranked = rank_findings(recs, [], run_context({"step_s": 1.0}))
+    assert [f.rule_id for f in ranked] == ["lib-cudnn-benchmark", "lib-channels-last"]
 
 
 def _rec(rule_id, tier, subject, saving):

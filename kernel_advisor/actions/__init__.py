@@ -41,5 +41,11 @@ def fixed_by(name: str) -> frozenset[str]:
     return frozenset({name, *get_action(name).also_fixes})
 
 
-__all__ = ["Action", "NONE", "NotApplicable", "NotMeasurable", "Variant", "action_names", "fixed_by", "get_action",
+def effort(name: str) -> int:
+    """How much an action asks of the user within its rung: 0 for a global flag, else 1."""
+    return get_action(name).effort if name != NONE and is_known(name) else 1
+
+
+__all__ = ["Action", "NONE", "NotApplicable", "NotMeasurable", "Variant", "action_names", "effort", "fixed_by",
+           "get_action",
            "is_known", "stacked"]

@@ -68,6 +68,11 @@ class Action:
     # Other actions whose subjects this one fixes as well: its predicted gain is the union of theirs
     # and its own (compile:reduce-overhead does all that compile does, and inductor pads GEMMs).
     also_fixes: tuple[str, ...] = ()
+    # Within a rung, 0 for a global flag that changes no code: on a tied estimate it ranks first.
+    effort: int = 1
+    # Modes of the same rung (compile's CUDA-graph mode) measured beside it on CUDA: a recommendation
+    # naming this action is credited with whichever measured clearly faster (measure/modes.py).
+    refinements: tuple[str, ...] = ()
 
 
 def stacked(variants: Sequence[Variant]) -> Variant:

@@ -17,4 +17,4 @@ def prepare(loaded: LoadedModel, mode: str) -> Variant:
                    context=flags_context({"cudnn.benchmark": True}))
 
 
-ACTION = Action("cudnn_benchmark", "cudnn.benchmark = True", "library", prepare)
+ACTION = Action("cudnn_benchmark", "cudnn.benchmark = True", "library", prepare, effort=0)

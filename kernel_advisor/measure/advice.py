@@ -1,17 +1,19 @@
 """`recommend --measure`: every recommendation's action measured in the real model, then ranked by it.
 
-Each distinct action among the top recommendations is measured once (session.py) and its
-outcome attached to every recommendation naming it. A recommendation with no action, or
+Each distinct action among the top recommendations is measured once (session.py), with the
+modes of its rung on CUDA (modes.py), and its outcome attached to every recommendation naming
+it; a recommendation whose action another mode beat clearly carries that mode and says so. A recommendation with no action, or
 beyond `--top`, gets a status and the reason. Findings are re-ranked: measured gains
 first (largest first), then the rest in their predicted order.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from kernel_advisor.actions import NONE
 from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.measure.modes import credit_note, credited, refinements_to_measure
 from kernel_advisor.measure.outcome import Outcome
 from kernel_advisor.measure.session import Measured, MeasureOptions, measure_actions
 from kernel_advisor.measure.trials import Progress
@@ -27,9 +29,14 @@ class AdviceMeasurement:
     ranking: tuple[str, ...]  # rule ids, measured best first
     plan_rules: tuple[str, ...]  # the rules whose actions make up the plan
     predicted: Mapping[str, float | None]  # per measured action: its predicted gain, fraction of the step
+    actions: Mapping[tuple[str, str], str]  # (rule_id, subject) -> the action credited (modes.py)
 
     def outcome_of(self, rec: Recommendation) -> Outcome | None:
-        return self.by_recommendation.get((rec.rule_id, rec.subject))
+        return self.by_recommendation.get(rec_key(rec))
+
+    def action_of(self, rec: Recommendation) -> str:
+        """The action the measurement credits: the rule's, or a mode of it that measured clearly faster."""
+        return self.actions.get(rec_key(rec), rec.action)
 
 
 def actions_to_measure(report: Report, top: int) -> tuple[list[str], set[str]]:
@@ -42,16 +49,31 @@ def actions_to_measure(report: Report, top: int) -> tuple[list[str], set[str]]:
 def measure_report(report: Report, loaded: LoadedModel, mode: str, options: MeasureOptions, top: int,
                    also: Sequence[str] = (), progress: Progress | None = None) -> AdviceMeasurement:
     names, beyond = actions_to_measure(report, top)
-    measured = measure_actions(loaded, mode, [*names, *also], options, progress)
-    by_rec = {(r.rule_id, r.subject): _outcome_for(r, measured.outcomes, beyond, top)
-              for f in report.findings for r in f.recommendations}
+    modes = refinements_to_measure(names, loaded.device.type)
+    measured = measure_actions(loaded, mode, [*names, *modes, *also], options, progress)
+    recs = [r for f in report.findings for r in f.recommendations]
+    actions = {rec_key(r): credited(r.action, measured.outcomes) for r in recs}
+    by_rec = {rec_key(r): _credited_outcome(r, actions[rec_key(r)], measured.outcomes, beyond, top) for r in recs}
     ranking = rerank(report.findings, by_rec)
-    plan_actions = measured.plan.actions
-    plan_rules = tuple(dict.fromkeys(r.rule_id for f in report.findings for r in f.recommendations
-                                     if r.action in plan_actions))
+    plan_rules = tuple(dict.fromkeys(r.rule_id for r in recs if actions[rec_key(r)] in measured.plan.actions))
     predicted = {a: action_gain_frac(report, a) for a in measured.outcomes}
     return AdviceMeasurement(by_rec, {a: measured.outcomes[a] for a in also}, measured, ranking, plan_rules,
-                             predicted)
+                             predicted, actions)
+
+
+def rec_key(rec: Recommendation) -> tuple[str, str]:
+    return rec.rule_id, rec.subject
+
+
+def _credited_outcome(rec: Recommendation, action: str, outcomes: Mapping[str, Outcome], beyond: set[str],
+                      top: int) -> Outcome:
+    """The outcome of the mode the recommendation is credited with, saying so when it is not its own."""
+    outcome = _outcome_for(rec, outcomes, beyond, top)
+    if action == rec.action:
+        return outcome
+    note = credit_note(rec.action, action, outcomes)
+    chosen = outcomes[action]
+    return replace(chosen, reason=f"{note}; {chosen.reason}" if chosen.reason else note)
 
 
 def _actions(f: Finding) -> list[str]:
@@ -70,7 +92,7 @@ def _outcome_for(rec: Recommendation, outcomes: Mapping[str, Outcome], beyond: s
 
 def finding_gain(f: Finding, by_rec: Mapping[tuple[str, str], Outcome]) -> float | None:
     gains = [o.measured_gain for r in f.recommendations
-             if (o := by_rec.get((r.rule_id, r.subject))) is not None and o.measured_gain is not None]
+             if (o := by_rec.get(rec_key(r))) is not None and o.measured_gain is not None]
     return max(gains) if gains else None
 
 
@@ -79,8 +101,7 @@ def rerank(findings: Sequence[Finding], by_rec: Mapping[tuple[str, str], Outcome
     def key(item):
         index, f = item
         gain = finding_gain(f, by_rec)
-        faster = any(by_rec.get((r.rule_id, r.subject)) is not None
-                     and by_rec[(r.rule_id, r.subject)].verdict == "faster" for r in f.recommendations)
+        faster = any((o := by_rec.get(rec_key(r))) is not None and o.verdict == "faster" for r in f.recommendations)
         return (0, -(gain or 0.0), index) if faster else (1, 0.0, index)
 
     return tuple(f.rule_id for _, f in sorted(enumerate(findings), key=key))

@@ -1,6 +1,6 @@
 """The plan: the best non-conflicting actions that measured faster, stacked in ladder order.
 
-Chosen greedily by measured gain. Two actions conflict when they share an exclusive
+Chosen greedily by measured gain, modes of one rung as modes.py credits them. Two actions conflict when they share an exclusive
 group (two compile modes, two precisions) or one excludes the other's group (a bundled
 kernel's launcher is opaque to torch.compile). The plan is then prepared afresh, each
 action on the model as the earlier ones left it, and gated and timed like any action.
@@ -14,6 +14,7 @@ from typing import Mapping, Sequence
 from kernel_advisor.actions import Action, NotApplicable, NotMeasurable, Variant, get_action, stacked
 from kernel_advisor.actions.base import STAGES
 from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.measure.modes import passed_over
 from kernel_advisor.measure.outcome import Outcome
 from kernel_advisor.measure.trials import Trial
 from kernel_advisor.measure.gating import first_line
@@ -22,8 +23,11 @@ PLAN = "plan"
 
 
 def choose(outcomes: Mapping[str, Outcome]) -> list[str]:
-    """Actions for the plan: measured faster, best gain first, no conflicts; in ladder order."""
-    faster = [name for name, o in outcomes.items() if o.status == "passed" and o.verdict == "faster"]
+    """Actions for the plan: measured faster, best gain first, no conflicts, no mode that a
+    sibling mode beat or tied (modes.py); in ladder order."""
+    dropped = passed_over(outcomes)
+    faster = [name for name, o in outcomes.items()
+              if o.status == "passed" and o.verdict == "faster" and name not in dropped]
     faster.sort(key=lambda name: -(outcomes[name].gain_frac or 0.0))
     chosen: list[Action] = []
     for name in faster:

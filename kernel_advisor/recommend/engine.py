@@ -12,6 +12,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 from reference_kernels.registry import KernelSpec
 
+from kernel_advisor import actions
 from kernel_advisor.recommend.calibration import calibrated
 from kernel_advisor.recommend.conditions import Check, Range, evaluate
 from kernel_advisor.recommend.evidence import RunContext, run_context
@@ -176,6 +177,11 @@ def _tier_index(tier: str) -> int:
     return LADDER.index(tier) if tier in LADDER else len(LADDER)
 
 
+def _cost(f: Finding) -> tuple[int, int]:
+    """The rung, then the effort within it (a flag before a code change)."""
+    return _tier_index(f.tier), min((actions.effort(r.action) for r in f.recommendations), default=1)
+
+
 def near_tie(a: float | None, b: float | None) -> bool:
     """Two savings closer than the estimate's uncertainty (NEAR_TIE_FRAC of the larger)."""
     a, b = a or 0.0, b or 0.0
@@ -183,7 +189,7 @@ def near_tie(a: float | None, b: float | None) -> bool:
 
 
 def cheaper_first_on_near_ties(findings: list[Finding]) -> list[Finding]:
-    """Adjacent findings whose savings nearly tie: the cheaper rung goes first (bubble, stable)."""
+    """Adjacent findings whose savings nearly tie: the cheaper one goes first (bubble, stable)."""
     out = list(findings)
     swapped = True
     while swapped:
@@ -191,7 +197,7 @@ def cheaper_first_on_near_ties(findings: list[Finding]) -> list[Finding]:
         for i in range(len(out) - 1):
             a, b = out[i], out[i + 1]
             if (b.tier != "leave-it" and near_tie(a.saving_per_step_s, b.saving_per_step_s)
-                    and _tier_index(b.tier) < _tier_index(a.tier)):
+                    and _cost(b) < _cost(a)):
                 out[i], out[i + 1], swapped = b, a, True
     return out
 
@@ -203,8 +209,7 @@ def rank_findings(recs: Iterable[Recommendation], rules: Sequence[Rule], ctx: Ru
     for r in recs:
         by_rule.setdefault(r.rule_id, []).append(r)
     ordered = sorted((_finding(v, ctx) for v in by_rule.values()),
-                     key=lambda f: (f.tier == "leave-it", -(f.saving_per_step_s or 0.0),
-                                    _tier_index(f.tier), f.rule_id))
+                     key=lambda f: (f.tier == "leave-it", -(f.saving_per_step_s or 0.0), _cost(f), f.rule_id))
     ordered = cheaper_first_on_near_ties(ordered)
     blockers = {r.id for r in rules if _is_blocker(r)}
     first = [f for f in ordered if f.rule_id in blockers]

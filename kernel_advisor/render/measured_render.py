@@ -23,8 +23,8 @@ def add_measurement(doc: dict[str, Any], report: Report, m: AdviceMeasurement) -
     recs = []
     for rec, entry in zip((r for f in report.findings for r in f.recommendations), doc["recommendations"]):
         outcome = m.outcome_of(rec)
-        recs.append({**entry, "predicted_rank": entry["rank"], "rank": order[rec.rule_id],
-                     "measured": outcome.to_json() if outcome else None})
+        recs.append({**entry, "action": m.action_of(rec), "predicted_rank": entry["rank"],
+                     "rank": order[rec.rule_id], "measured": outcome.to_json() if outcome else None})
     findings = [_finding_entry(f, report, m, order) for f in doc["findings"]]
     plan = m.measured.plan
     return json_safe({
@@ -43,7 +43,8 @@ def _finding_entry(entry: dict[str, Any], report: Report, m: AdviceMeasurement, 
     """A finding is measured as its best subject: one rule, one action, the whole model timed."""
     f = next(f for f in report.findings if f.rule_id == entry["rule_id"])
     outcome = _finding_outcome(f, m)
-    return {**entry, "predicted_rank": entry["rank"], "rank": order[f.rule_id],
+    return {**entry, "actions": list(dict.fromkeys(m.action_of(r) for r in f.recommendations)),
+            "predicted_rank": entry["rank"], "rank": order[f.rule_id],
             "measured_gain_frac": finding_gain(f, m.by_recommendation),
             "measured": outcome.to_json() if outcome else None}
 
@@ -81,7 +82,7 @@ def _rows(report: Report, m: AdviceMeasurement):
     for rank, rule_id in enumerate(m.ranking, 1):
         f = by_id[rule_id]
         o = _finding_outcome(f, m)
-        action = f.recommendations[0].action
+        action = m.action_of(f.recommendations[0])
         measured_gain = o.gain_frac if o is not None and o.status == "passed" else None
         yield (str(rank), rule_id, f.tier, action, "—" if f.saving_pct is None else f"{f.saving_pct:.1f}",
                _gain_pct(measured_gain), speedup_text(o), result_text(o))
