@@ -101,3 +101,27 @@ def test_credit_note_names_both_measurements():
     outcomes = {"compile": no_difference(), "compile:reduce-overhead": timed(1.41, 0.03)}
     assert credit_note("compile", "compile:reduce-overhead", outcomes) == (
         "measured as compile:reduce-overhead: 1.41× [1.38–1.44], against compile's 1× [0.97–1.03]")
+
+
+def test_an_action_that_does_not_stack_is_left_out_and_its_group_refilled(monkeypatch):
+    # float8:compile measured best of the compile group, but over sdpa's swapped forwards it no
+    # longer applies: the plan is chosen again without it and compile:reduce-overhead takes the slot.
+    from kernel_advisor.measure import plan as plan_mod
+
+    tried = []
+
+    def stack(loaded, mode, names):
+        tried.append(list(names))
+        if "float8:compile" in names:
+            return plan_mod.Trial("plan", outcome=Outcome("error", "module forwards are swapped")), "float8:compile"
+        return plan_mod.Trial("plan"), None
+
+    monkeypatch.setattr(plan_mod, "_stack", stack)
+    outcomes = {"sdpa": timed(2.85, 0.01), "rms_norm_module": timed(1.076, 0.002),
+                "float8:compile": timed(2.45, 0.01), "compile:reduce-overhead": timed(2.34, 0.01),
+                "compile": timed(2.31, 0.01)}
+    prepared = plan_mod.prepare_best_plan(None, "inference", outcomes)
+    assert tried == [["sdpa", "rms_norm_module", "float8:compile"],
+                     ["sdpa", "rms_norm_module", "compile:reduce-overhead"]]
+    assert prepared.names == ["sdpa", "rms_norm_module", "compile:reduce-overhead"]
+    assert plan_mod.left_out_note(prepared.left_out) == "float8:compile left out: module forwards are swapped"

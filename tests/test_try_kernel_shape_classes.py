@@ -97,6 +97,29 @@ def test_aten_override_routes_the_losing_class_to_eager():
     assert n == 1 and "1024x127 float32" in reason
 
 
+@pytest.mark.parametrize("aten, call", [
+    ("aten::gelu", lambda x: F.gelu(x)), ("aten::silu", lambda x: F.silu(x)),
+    ("aten::_softmax", lambda x: torch.softmax(x, -1)), ("aten::_log_softmax", lambda x: F.log_softmax(x, -1)),
+])
+def test_elementwise_and_rowwise_calls_follow_the_route_by_their_last_dim(aten, call):
+    # A (4, 6, 200) input is 24 rows of 200, as the kernel sweep measures it: the route sends
+    # cols > 100 to eager, so no candidate call happens; a (4, 6, 50) input reaches the candidate.
+    seen = []
+    route = lambda rows, cols, dtype, grad, device: f"{EAGER_ROUTE}{rows}x{cols}" if cols > 100 else ""  # noqa: E731
+
+    def candidate(x, *args, **kwargs):
+        seen.append(tuple(x.shape))
+        return call(x.double()).to(x.dtype)
+
+    log = CallLog(aten)
+    with override_aten(reference_adapter(aten, ALL, True, route), candidate, "cpu", log, False, default_tolerance):
+        with torch.no_grad():
+            call(torch.randn(4, 6, 200))
+            call(torch.randn(4, 6, 50))
+    assert seen == [(4, 6, 50)]
+    assert dict(log.eager_routes) == {f"{EAGER_ROUTE}24x200": 1}
+
+
 def test_multi_dim_normalized_shape_reaches_the_candidate():
     seen = []
 

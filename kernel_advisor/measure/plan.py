@@ -3,13 +3,14 @@
 Chosen greedily by measured gain, modes of one rung as modes.py credits them. Two actions conflict when they share an exclusive
 group (two compile modes, two precisions) or one excludes the other's group (a bundled
 kernel's launcher is opaque to torch.compile). The plan is then prepared afresh, each
-action on the model as the earlier ones left it, and gated and timed like any action.
+action on the model as the earlier ones left it, and gated and timed like any action; one
+that does not stack on the others is left out and the choice made again without it.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from kernel_advisor.actions import Action, NotApplicable, NotMeasurable, Variant, get_action, stacked
 from kernel_advisor.actions.base import STAGES
@@ -22,10 +23,10 @@ from kernel_advisor.measure.gating import first_line
 PLAN = "plan"
 
 
-def choose(outcomes: Mapping[str, Outcome]) -> list[str]:
+def choose(outcomes: Mapping[str, Outcome], left_out: Collection[str] = ()) -> list[str]:
     """Actions for the plan: measured faster, best gain first, no conflicts, no mode that a
-    sibling mode beat or tied (modes.py); in ladder order."""
-    dropped = passed_over(outcomes)
+    sibling mode beat or tied (modes.py), none of `left_out`; in ladder order."""
+    dropped = passed_over(outcomes) | set(left_out)
     faster = [name for name, o in outcomes.items()
               if o.status == "passed" and o.verdict == "faster" and name not in dropped]
     faster.sort(key=lambda name: -(outcomes[name].gain_frac or 0.0))
@@ -44,8 +45,35 @@ def conflicts(a: Action, b: Action) -> bool:
     return (bool(b.exclusive) and b.exclusive in a.excludes) or (bool(a.exclusive) and a.exclusive in b.excludes)
 
 
-def prepare_plan(loaded: LoadedModel, mode: str, names: Sequence[str]) -> Trial:
-    """The chosen actions stacked; each prepared with the earlier ones' contexts entered."""
+@dataclasses.dataclass
+class PreparedPlan:
+    names: list[str]
+    trial: Trial | None  # None when one action or none is left: its own measurement is the plan's
+    left_out: dict[str, str]  # action -> why it could not be stacked on the others
+
+
+def prepare_best_plan(loaded: LoadedModel, mode: str, outcomes: Mapping[str, Outcome]) -> PreparedPlan:
+    """choose(), then stack; an action that does not stack on the others (float8's module copies
+    over another action's swapped forwards) is left out and the choice made again without it, so
+    the next best of its group (another compile mode) can take its place."""
+    left_out: dict[str, str] = {}
+    while True:
+        names = choose(outcomes, left_out)
+        if len(names) <= 1:
+            return PreparedPlan(names, None, left_out)
+        trial, failed = _stack(loaded, mode, names)
+        if failed is None:
+            return PreparedPlan(names, trial, left_out)
+        left_out[failed] = trial.outcome.reason
+
+
+def left_out_note(left_out: Mapping[str, str]) -> str:
+    return "; ".join(f"{name} left out: {why}" for name, why in left_out.items())
+
+
+def _stack(loaded: LoadedModel, mode: str, names: Sequence[str]) -> tuple[Trial, str | None]:
+    """(the stacked trial, None), or (a trial with the error, the action that would not stack);
+    each action prepared with the earlier ones' contexts entered."""
     variants: list[Variant] = []
     current = loaded
     try:
@@ -57,12 +85,12 @@ def prepare_plan(loaded: LoadedModel, mode: str, names: Sequence[str]) -> Trial:
             variants.append(variant)
             current = dataclasses.replace(current, model=variant.model)
     except (NotApplicable, NotMeasurable) as e:
-        return _failed(variants, Outcome("error", f"{name} no longer applies on top of the others: {e}"))
+        return _failed(variants, Outcome("error", f"{name} no longer applies on top of the others: {e}")), name
     except Exception as e:  # noqa: BLE001 - the combination is what failed: report it, keep the singles
-        return _failed(variants, Outcome("error", f"could not stack {name}: {first_line(e)}"))
+        return _failed(variants, Outcome("error", f"could not stack {name}: {first_line(e)}")), name
     plan = stacked(variants)
     plan.closers.extend(v.close for v in variants)
-    return Trial(PLAN, variant=dataclasses.replace(plan, action=PLAN))
+    return Trial(PLAN, variant=dataclasses.replace(plan, action=PLAN)), None
 
 
 def _failed(variants: list[Variant], outcome: Outcome) -> Trial:

@@ -7,12 +7,12 @@ outcome is a record (outcome.py); nothing is raised for an action that fails.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.measure.outcome import Outcome
-from kernel_advisor.measure.plan import choose, prepare_plan
+from kernel_advisor.measure.plan import choose, left_out_note, prepare_best_plan
 from kernel_advisor.measure.trials import (Deadline, Progress, Trial, close_all, prepare_trial, run_gate,
                                            time_trials)
 from kernel_advisor.trykernel.reference import prepare_reference
@@ -81,21 +81,29 @@ def _gate_and_time(loaded, mode, trials: list[Trial], reference, options: Measur
 
 def _measure_plan(loaded, mode, outcomes: dict[str, Outcome], reference, options: MeasureOptions,
                   deadline: Deadline, report: Progress) -> PlanResult:
-    names = choose(outcomes)
+    first = choose(outcomes)
+    if len(first) > 1 and deadline.remaining_s() <= 0:
+        return PlanResult(tuple(first), deadline.out_of_time())
+    prepared = prepare_best_plan(loaded, mode, outcomes)
+    names, trial = tuple(prepared.names), prepared.trial
     if not names:
         return PlanResult((), Outcome("not-applied", "no action measured faster than eager: nothing to combine"))
-    if len(names) == 1:  # one action: its own measurement is the plan's
-        return PlanResult(tuple(names), outcomes[names[0]])
-    if deadline.remaining_s() <= 0:
-        return PlanResult(tuple(names), deadline.out_of_time())
-    trial = prepare_plan(loaded, mode, names)
+    if trial is None:  # one action: its own measurement is the plan's
+        return PlanResult(names, _noted(outcomes[names[0]], prepared.left_out))
     try:
         if trial.pending:
             _gate_and_time(loaded, mode, [trial], reference, options, deadline,
                            lambda label, done, total: report(f"plan: {label}", done, total))
     finally:
         close_all([trial])
-    return PlanResult(tuple(names), trial.outcome)
+    return PlanResult(names, _noted(trial.outcome, prepared.left_out))
+
+
+def _noted(outcome: Outcome, left_out: dict[str, str]) -> Outcome:
+    if not left_out:
+        return outcome
+    note = left_out_note(left_out)
+    return replace(outcome, reason=f"{note}; {outcome.reason}" if outcome.reason else note)
 
 
 def _interval(e: Estimate | None) -> dict | None:

@@ -81,7 +81,8 @@ def row_shape_of(x: torch.Tensor, cols: int) -> tuple[int, int, torch.dtype]:
 
 
 def last_dim_rows(full: dict) -> tuple[int, int, torch.dtype]:
-    """softmax / log_softmax over the last dim, cross-entropy over the classes."""
+    """softmax / log_softmax over the last dim, cross-entropy over the classes; elementwise ops as
+    the kernel sweep measured them (rows of the last dim)."""
     x = full["self"]
     return row_shape_of(x, x.shape[-1] if x.dim() else 1)
 
@@ -218,8 +219,8 @@ REFERENCE_OPS: dict[str, ReferenceOp] = {
                               layer_norm_prepare, norm_rows),
     "rms_norm": ReferenceOp("aten::rms_norm", ("aten::rms_norm", "aten::_fused_rms_norm"), rms_norm_prepare,
                             norm_rows),
-    "gelu": ReferenceOp("aten::gelu", ("aten::gelu",), gelu_prepare),
-    "silu": ReferenceOp("aten::silu", ("aten::silu",), silu_prepare),
+    "gelu": ReferenceOp("aten::gelu", ("aten::gelu",), gelu_prepare, last_dim_rows),
+    "silu": ReferenceOp("aten::silu", ("aten::silu",), silu_prepare, last_dim_rows),
     "matmul": ReferenceOp("aten::mm", ("aten::mm",), matmul_prepare),
     "cross_entropy": ReferenceOp("aten::cross_entropy_loss", ("aten::cross_entropy_loss",), cross_entropy_prepare,
                                  last_dim_rows),
