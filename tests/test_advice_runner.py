@@ -55,6 +55,29 @@ def test_rows_from_recommend_follows_the_contract():
     assert all(r["gpu"] == INFO["gpu"] and r["commit"] == "abc1234" for r in rows)
 
 
+HOTSPOTS = [  # recommend's hotspots: one with a rung, one silent, one under 2 % (no row)
+    {"row_id": 4, "name": "aten::group_norm", "share_pct": 19.0, "verdict": "memory-bound",
+     "chosen": {"tier": "compile", "rule_id": "compile-memory-bound-op", "why": "saves 0.2 ms"}, "passed_over": []},
+    {"row_id": 7, "name": "aten::cumsum", "share_pct": 3.5, "verdict": "latency-bound",
+     "chosen": {"tier": "none", "rule_id": None, "why": "no rule estimates a saving for this op"},
+     "passed_over": [{"tier": "library", "reason": "no library rule covers aten::cumsum"}]},
+    {"row_id": 9, "name": "aten::add", "share_pct": 1.0, "verdict": "memory-bound",
+     "chosen": {"tier": "none", "rule_id": None, "why": "x"}, "passed_over": []},
+]
+
+
+def test_hotspots_of_two_percent_are_rows_and_silence_is_named():
+    rows = adv.rows_from_recommend({**SAMPLE, "hotspots": HOTSPOTS}, INFO)
+    spots = [r for r in rows if r["kind"] == "hotspot"]
+    assert [(r["subject"], r["action"], r["rule_id"]) for r in spots] == [
+        ("row:4", "compile", "compile-memory-bound-op"), ("row:7", "none", "")]
+    assert spots[0]["predicted_gain_frac"] == pytest.approx(0.19)
+    assert spots[1]["reason"] == "aten::cumsum (latency-bound): library: no library rule covers aten::cumsum"
+    text = ra.silence(pd.DataFrame(rows))
+    assert text.startswith("Of 2 hotspots of ≥ 2 % of device time in 1 models, 1 got a rung, 0 an evidenced "
+                           "leave-it, and 1 neither: m aten::cumsum (latency-bound)")
+
+
 def test_a_null_plan_gives_no_plan_row():
     rows = adv.rows_from_recommend({**SAMPLE, "plan": None, "also": [], "actions": []}, INFO)
     assert [r["kind"] for r in rows] == ["rule", "rule", "rule"]

@@ -225,9 +225,24 @@ def recall(df: pd.DataFrame) -> str:
         blocks.append(f"{header_line(group)}\n\nThe best measured fix is named by a top-{TOP} recommendation "
                       f"on {hits} of {len(named)} models with a measured win; on {as_fast} more, top-{TOP} "
                       f"actions measured as fast (overlapping intervals). Of the {len(big)} wins of "
-                      f"≥ {BIG_WIN:g}×, {big_hits} are named or matched by the top {TOP}."
+                      f"≥ {BIG_WIN:g}×, {big_hits} are named or matched by the top {TOP}. {silence(group)}"
                       f"\n\n{model_table(group)}")
     return "\n\n".join(blocks) + "\n"
+
+
+def silence(df: pd.DataFrame) -> str:
+    """Did any hotspot of ≥ 2 % of device time end with neither a rung nor a leave-it reason?"""
+    spots = df[df["kind"] == "hotspot"]
+    if spots.empty:
+        return "No hotspot rows recorded."
+    silent = spots[spots["action"] == "none"]
+    rungs = int((~spots["action"].isin(["none", "leave-it"])).sum())
+    text = (f"Of {len(spots)} hotspots of ≥ 2 % of device time in {spots['model'].nunique()} models, {rungs} "
+            f"got a rung, {int((spots['action'] == 'leave-it').sum())} an evidenced leave-it, and "
+            f"{len(silent)} neither")
+    if silent.empty:
+        return text + "."
+    return text + ": " + "; ".join(f"{r.model} {_cell(r.reason)}" for r in silent.itertuples()) + "."
 
 
 def _num(x) -> str:

@@ -2,6 +2,7 @@
 
     python3 benchmarks/advice/run_advice.py --budget-s 60            # on the GPU machine
     python3 benchmarks/advice/run_advice.py --dry-run-cpu --models tiny_mlp_host_bound --out /tmp/a.csv
+    python3 benchmarks/advice/run_advice.py --merge OUT1/advice.csv OUT2/advice.csv   # GPU outputs -> data
 
 Every model runs in its own temp dir through the CLI (`python3 -m kernel_advisor`), as a user
 would; a model that fails is one row with status=error and the end of its stderr, and the
@@ -38,7 +39,8 @@ COLUMNS = KEY + VALUES
 NUMERIC = ["predicted_gain_frac", "measured_gain_frac", "speedup", "speedup_low", "speedup_high", "rank"]
 TEXT = [c for c in COLUMNS if c not in NUMERIC]
 SLICE = ["model", "device_name", "dtype", "mode"]  # one measurement of one model
-KIND_ORDER = {"rule": 0, "also": 1, "action": 2, "plan": 3}
+KIND_ORDER = {"rule": 0, "also": 1, "action": 2, "plan": 3, "hotspot": 4}
+HOTSPOT_MIN_PCT = 2.0  # issue 18: every hotspot of at least this share gets a rung or a reason
 
 ALSO = ("compile", "compile:reduce-overhead")  # measured on every model: the ground truth of "best fix"
 MODE = "inference"
@@ -143,7 +145,7 @@ def _measured_values(measured: dict | None) -> dict:
 
 def rows_from_recommend(doc: dict, info: dict) -> list[dict]:
     """One row per recommendation (kind rule), per --also action (also), per measured action with
-    its predicted union gain (action), and for the plan."""
+    its predicted union gain (action), for the plan, and per hotspot of ≥ 2 % of device time."""
     rows = []
     for rec in doc.get("recommendations", []):
         # With --measure the list is ranked by measured gain; keep the predicted rank, which is
@@ -162,7 +164,20 @@ def rows_from_recommend(doc: dict, info: dict) -> list[dict]:
     if plan is not None:
         rows.append({**info, "kind": "plan", "rule_id": "+".join(plan.get("rules") or []), "subject": "",
                      "action": "+".join(plan.get("actions") or []), **_measured_values(plan.get("measured"))})
+    rows += [hotspot_row(h, info) for h in doc.get("hotspots") or []
+             if (h.get("share_pct") or 0.0) >= HOTSPOT_MIN_PCT]
     return [_complete(r) for r in rows]
+
+
+def hotspot_row(h: dict, info: dict) -> dict:
+    """What the advice said about one hotspot: the rung chosen (or leave-it, or none) and why; for
+    `none`, every rung's reason for passing it over."""
+    chosen = h["chosen"]
+    why = chosen["why"] if chosen["tier"] != "none" else "; ".join(
+        f"{p['tier']}: {p['reason']}" for p in h.get("passed_over") or [])
+    return {**info, "kind": "hotspot", "rule_id": chosen.get("rule_id") or "", "subject": f"row:{h['row_id']}",
+            "action": chosen["tier"], "predicted_gain_frac": h["share_pct"] / 100.0,
+            "reason": _one_line(f"{h['name']} ({h['verdict']}): {why}")[:REASON_CHARS]}
 
 
 def error_rows(info: dict, reason: str) -> list[dict]:
@@ -298,6 +313,17 @@ def _local_versions() -> dict:
 
 # ---------------------------------------------------------------- main
 
+def merge(parts: list[Path], out: Path) -> int:
+    """Each part's models replace their earlier measurement in `out`, as if the sweep had run here."""
+    df = read_csv(out)
+    for part in parts:
+        new = read_csv(part)
+        df = upsert(drop_remeasured(df, new), new)
+        print(f"{part}: {new['model'].nunique()} models, {len(new)} rows")
+    write_atomic(df, out)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", help="comma-separated model names (file stems); default: every model")
@@ -307,7 +333,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_CSV)
     ap.add_argument("--small", action="store_true", help="run the models at their SMALL sizes")
     ap.add_argument("--dry-run-cpu", action="store_true", help="--device cpu --dtype keep --small: plumbing check")
+    ap.add_argument("--merge", type=Path, nargs="+", metavar="CSV",
+                    help="measure nothing: fold these sweep outputs (from the GPU machine) into --out")
     args = ap.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.out)
     if args.dry_run_cpu:
         args.device, args.dtype, args.small = "cpu", "keep", True
 
