@@ -140,6 +140,26 @@ def test_main_upserts_after_each_model_and_a_failure_keeps_old_rows(tmp_path, mo
         adv.main(["--models", "no_such_model", "--out", str(out)])
 
 
+def test_a_hotspots_only_sweep_replaces_hotspot_rows_and_keeps_the_measurements(tmp_path, monkeypatch):
+    out, part = tmp_path / "advice.csv", tmp_path / "part.csv"
+    full = {**SAMPLE, "hotspots": HOTSPOTS}
+    monkeypatch.setattr(adv, "run_job", lambda job, device: adv.rows_from_recommend(full, {**INFO, "model": "gru_seq"}))
+    adv.main(["--models", "gru_seq", "--out", str(out)])
+    assert adv.plan_jobs([adv.MODELS_DIR / "gru_seq.py"], "cuda", "bfloat16", 60, False, True)[0].recommend_args \
+        == ("--format", "json")
+    # the advice changed: the silent cumsum hotspot now has a rung; measured rows must stay
+    fixed = [dict(HOTSPOTS[1], chosen={"tier": "compile", "rule_id": "compile-cuda-graphs", "why": "launches"})]
+    monkeypatch.setattr(adv, "run_job", lambda job, device: adv.rows_from_recommend(
+        {**SAMPLE, "hotspots": fixed}, {**INFO, "model": "gru_seq"}))
+    adv.main(["--models", "gru_seq", "--hotspots-only", "--out", str(part)])
+    assert set(adv.read_csv(part)["kind"]) == {"hotspot"}
+    adv.main(["--merge", str(part), "--out", str(out)])
+    merged = adv.read_csv(out)
+    spots = merged[merged["kind"] == "hotspot"]
+    assert list(zip(spots["subject"], spots["action"])) == [("row:7", "compile")]
+    assert (merged["kind"] != "hotspot").sum() == 6  # rule, rule, rule, also, action, plan
+
+
 # ---------------------------------------------------------------- renderer
 
 def _row(model, kind, action, measured, verdict="faster", rule_id="", rank=None, predicted=None,

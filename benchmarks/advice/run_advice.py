@@ -100,7 +100,9 @@ class Job:
     recommend_timeout_s: float
 
 
-def plan_jobs(models: list[Path], device: str, dtype: str, budget_s: float, small: bool) -> list[Job]:
+def plan_jobs(models: list[Path], device: str, dtype: str, budget_s: float, small: bool,
+              hotspots_only: bool = False) -> list[Job]:
+    """`hotspots_only`: recommend without --measure (what the advice says per hotspot; minutes, not tens)."""
     jobs = []
     for path in models:
         extra = extra_args(path)
@@ -108,8 +110,8 @@ def plan_jobs(models: list[Path], device: str, dtype: str, budget_s: float, smal
         run_dtype = "keep" if "--autocast" in extra else dtype
         label = f"autocast:{extra[extra.index('--autocast') + 1]}" if "--autocast" in extra else dtype
         profile = ("--device", device, "--dtype", run_dtype, "--mode", MODE, "--steps", "5", "--warmup", "3", *extra)
-        recommend = ("--measure", "--budget-s", f"{budget_s:g}", *(a for act in ALSO for a in ("--also", act)),
-                     "--format", "json")
+        measure = ("--measure", "--budget-s", f"{budget_s:g}", *(a for act in ALSO for a in ("--also", act)))
+        recommend = (*(() if hotspots_only else measure), "--format", "json")
         # --budget-s caps the measuring only; process start, model load and compiles come on top.
         jobs.append(Job(path, label, profile, recommend, small, 2 * budget_s + 600))
     return jobs
@@ -208,12 +210,15 @@ def upsert(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     return sort_rows(upsert_rows(old, new.reindex(columns=COLUMNS), KEY))
 
 
-def drop_remeasured(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
-    """Rows of `old` for a (model, device, dtype, mode) that `new` measured again: a rule that no
-    longer fires, or a plan of other actions, has a key of its own and would otherwise linger."""
+def drop_remeasured(old: pd.DataFrame, new: pd.DataFrame, kinds: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """Rows of `old` (of `kinds`, default all) for a (model, device, dtype, mode) that `new`
+    measured again: a rule that no longer fires, or a plan of other actions, has a key of its
+    own and would otherwise linger."""
     if old.empty:
         return old
     again = pd.MultiIndex.from_frame(old[SLICE]).isin(pd.MultiIndex.from_frame(new[SLICE]))
+    if kinds is not None:
+        again &= old["kind"].isin(kinds).to_numpy()
     return old.loc[~again]
 
 
@@ -318,7 +323,8 @@ def merge(parts: list[Path], out: Path) -> int:
     df = read_csv(out)
     for part in parts:
         new = read_csv(part)
-        df = upsert(drop_remeasured(df, new), new)
+        only_hotspots = not new.empty and (new["kind"] == "hotspot").all()  # a --hotspots-only sweep
+        df = upsert(drop_remeasured(df, new, ("hotspot",) if only_hotspots else None), new)
         print(f"{part}: {new['model'].nunique()} models, {len(new)} rows")
     write_atomic(df, out)
     return 0
@@ -333,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_CSV)
     ap.add_argument("--small", action="store_true", help="run the models at their SMALL sizes")
     ap.add_argument("--dry-run-cpu", action="store_true", help="--device cpu --dtype keep --small: plumbing check")
+    ap.add_argument("--hotspots-only", action="store_true",
+                    help="recommend without --measure; replace only the models' hotspot rows")
     ap.add_argument("--merge", type=Path, nargs="+", metavar="CSV",
                     help="measure nothing: fold these sweep outputs (from the GPU machine) into --out")
     args = ap.parse_args(argv)
@@ -349,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown model(s): {', '.join(unknown)}; known: {', '.join(m.stem for m in models)}")
         models = [m for m in models if m.stem in wanted]
 
-    jobs = plan_jobs(models, args.device, args.dtype, args.budget_s, args.small)
+    jobs = plan_jobs(models, args.device, args.dtype, args.budget_s, args.small, args.hotspots_only)
     failed = 0
     for i, job in enumerate(jobs, 1):
         t0 = time.perf_counter()
@@ -360,7 +368,13 @@ def main(argv: list[str] | None = None) -> int:
         # Written after every model, so a sweep cut short keeps what it measured. A failed run
         # adds its error row but keeps the model's earlier measurement (a timeout is often transient).
         old = read_csv(args.out)
-        write_atomic(upsert(old if errored else drop_remeasured(old, new), new), args.out)
+        if errored:
+            merged = upsert(old, new)
+        elif args.hotspots_only:
+            merged = upsert(drop_remeasured(old, new, kinds=("hotspot",)), new[new["kind"] == "hotspot"])
+        else:
+            merged = upsert(drop_remeasured(old, new), new)
+        write_atomic(merged, args.out)
         print(f"  {len(new)} rows in {time.perf_counter() - t0:.0f} s", flush=True)
     print(f"{len(jobs) - failed}/{len(jobs)} models measured; rows in {args.out}")
     return 0

@@ -2,7 +2,9 @@
 
 The ladder is library → torch.compile → Triton → custom CUDA. The chosen rung is the
 cheapest one whose best recommendation reaches CHOOSE_FRAC of the best saving any rung
-offers for that op: more effort must buy more time.
+offers for that op: more effort must buy more time. An op that is host- or latency-bound
+with no rung of its own takes the run's launch-gap rung (CUDA graphs) when it fired, and
+otherwise that rule's failed conditions as its reason.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from kernel_advisor.recommend.conditions import Check
 from kernel_advisor.recommend.engine import Engine, Recommendation, evaluate_rule, recommendation
+from kernel_advisor.recommend.gain import HOST_GAPS
 from kernel_advisor.recommend.schema import LADDER, Rule
 from kernel_advisor.recommend.subjects import Subject
 
@@ -18,6 +21,9 @@ if TYPE_CHECKING:
     from reference_kernels.registry import KernelSpec
 
 CHOOSE_FRAC = 0.8  # NB: a cheaper rung is preferred while it gets 80 % of the best saving
+# An op of these verdicts spends its time in launches: its rung is the run's (CUDA graphs).
+LAUNCH_VERDICTS = ("host-bound", "latency-bound")
+LAUNCH_GAIN_MODEL = "launch-overhead"
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,22 @@ def _choose(recs: Sequence[Recommendation], row_id: int) -> Recommendation | Non
     return None
 
 
+def _launch_rung(recs: Sequence[Recommendation]) -> Recommendation | None:
+    """The run-level recommendation that removes launch gaps (CUDA graphs), if one fired."""
+    return max((r for r in recs if r.row_saving_per_step_s.get(HOST_GAPS, 0.0) > 0),
+               key=lambda r: r.row_saving_per_step_s[HOST_GAPS], default=None)
+
+
+def _launch_miss(engine: Engine, verdict: str) -> str:
+    """Why no launch-gap rule fired on this run: the op's own time is launch overhead, a
+    run-level matter, so the run-level rules' failed conditions are the evidence."""
+    misses = [_describe_miss(rule, failing) for rule in engine.rules
+              if rule.scope == "run" and rule.gain.model == LAUNCH_GAIN_MODEL
+              and (failing := _failing(evaluate_rule(engine, rule, engine.subjects.run)[0]))]
+    return f"{verdict}: launch overhead is a run-level matter, and " + (
+        "; ".join(misses) if misses else f"no rule with the {LAUNCH_GAIN_MODEL} gain model is loaded")
+
+
 def hotspot(engine: Engine, op: Subject, recs: Sequence[Recommendation],
             suppressed: Sequence[Recommendation]) -> Hotspot:
     ev, row_id = op.evidence, op.evidence["row_id"]
@@ -144,8 +166,15 @@ def hotspot(engine: Engine, op: Subject, recs: Sequence[Recommendation],
         passed = _passed_over(engine, op, mine, tiers, best, suppressed)
     elif leave is not None:
         tier, rule, why, passed = "leave-it", leave.rule_id, leave.title, ()
+    elif ev["verdict"] in LAUNCH_VERDICTS and (host := _launch_rung(recs)) is not None:
+        tier, rule = host.tier, host.rule_id
+        why = (f"{ev['verdict']}: its launches, not its kernel, set the pace; {host.rule_id} removes the "
+               f"step's launch gaps (saves {_ms(host.row_saving_per_step_s[HOST_GAPS])} a step)")
+        passed = _passed_over(engine, op, mine, LADDER[:LADDER.index(host.tier)], None, suppressed)
     else:
-        tier, rule, why = "none", None, "no rule estimates a saving for this op"
+        tier, rule = "none", None
+        why = (_launch_miss(engine, ev["verdict"]) if ev["verdict"] in LAUNCH_VERDICTS
+               else "no rule estimates a saving for this op")
         passed = _passed_over(engine, op, mine, LADDER, None, suppressed)
     return Hotspot(row_id=row_id, name=ev["name"], input_shapes=ev.get("input_shapes", "[]"),
                    share_pct=ev.get("share_pct"),
