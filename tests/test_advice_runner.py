@@ -74,8 +74,10 @@ def test_hotspots_of_two_percent_are_rows_and_silence_is_named():
     assert spots[0]["predicted_gain_frac"] == pytest.approx(0.19)
     assert spots[1]["reason"] == "aten::cumsum (latency-bound): library: no library rule covers aten::cumsum"
     text = ra.silence(pd.DataFrame(rows))
-    assert text.startswith("Of 2 hotspots of ≥ 2 % of device time in 1 models, 1 got a rung, 0 an evidenced "
-                           "leave-it, and 1 neither: m aten::cumsum (latency-bound)")
+    assert text == ("Of 2 hotspots of ≥ 2 % of device time in 1 models, 1 got a rung, 0 an evidenced "
+                    "leave-it, and 1 neither (listed below the table); hotspot rows from commit abc1234.")
+    assert "| m | aten::cumsum (latency-bound) | 3.5 % | library: no library rule covers aten::cumsum |" \
+        in ra.silent_table(pd.DataFrame(rows))
 
 
 def test_a_null_plan_gives_no_plan_row():

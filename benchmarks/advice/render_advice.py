@@ -226,7 +226,7 @@ def recall(df: pd.DataFrame) -> str:
                       f"on {hits} of {len(named)} models with a measured win; on {as_fast} more, top-{TOP} "
                       f"actions measured as fast (overlapping intervals). Of the {len(big)} wins of "
                       f"≥ {BIG_WIN:g}×, {big_hits} are named or matched by the top {TOP}. {silence(group)}"
-                      f"\n\n{model_table(group)}")
+                      f"\n\n{model_table(group)}" + (f"\n\n{t}" if (t := silent_table(group)) else ""))
     return "\n\n".join(blocks) + "\n"
 
 
@@ -237,12 +237,23 @@ def silence(df: pd.DataFrame) -> str:
         return "No hotspot rows recorded."
     silent = spots[spots["action"] == "none"]
     rungs = int((~spots["action"].isin(["none", "leave-it"])).sum())
-    text = (f"Of {len(spots)} hotspots of ≥ 2 % of device time in {spots['model'].nunique()} models, {rungs} "
+    return (f"Of {len(spots)} hotspots of ≥ 2 % of device time in {spots['model'].nunique()} models, {rungs} "
             f"got a rung, {int((spots['action'] == 'leave-it').sum())} an evidenced leave-it, and "
-            f"{len(silent)} neither")
+            f"{len(silent)} neither{' (listed below the table)' if len(silent) else ''}; hotspot rows from commit "
+            f"{', '.join(sorted(set(spots['commit'].astype(str))))}.")
+
+
+def silent_table(df: pd.DataFrame) -> str:
+    """The hotspots with neither a rung nor a leave-it: each rung's reason for passing them over."""
+    silent = df[(df["kind"] == "hotspot") & (df["action"] == "none")]
     if silent.empty:
-        return text + "."
-    return text + ": " + "; ".join(f"{r.model} {_cell(r.reason)}" for r in silent.itertuples()) + "."
+        return ""
+    lines = ["Hotspots with neither a rung nor a leave-it, with each rung's reason for passing them over:", "",
+             "| model | op (verdict) | share of device time | reasons |", "|---|---|---:|---|"]
+    for r in silent.itertuples():
+        op, _, why = str(r.reason).partition(": ")
+        lines.append(f"| {r.model} | {_cell(op)} | {100 * r.predicted_gain_frac:.1f} % | {_cell(why)} |")
+    return "\n".join(lines)
 
 
 def _num(x) -> str:
