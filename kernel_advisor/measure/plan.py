@@ -1,8 +1,8 @@
 """The plan: the best non-conflicting actions that measured faster, stacked in ladder order.
 
-Chosen greedily by measured gain, modes of one rung as modes.py credits them. Two actions conflict when they share an exclusive
-group (two compile modes, two precisions) or one excludes the other's group (a bundled
-kernel's launcher is opaque to torch.compile). The plan is then prepared afresh, each
+Chosen greedily by measured gain, modes of one rung as modes.py credits them. Two actions
+conflict when they share an exclusive group (two compile modes, two precisions) or one
+excludes the other's group (a bundled kernel's launcher is opaque to torch.compile). The plan is then prepared afresh, each
 action on the model as the earlier ones left it, and gated and timed like any action; one
 that does not stack on the others is left out and the choice made again without it.
 """
@@ -85,12 +85,16 @@ def _stack(loaded: LoadedModel, mode: str, names: Sequence[str]) -> tuple[Trial,
             variants.append(variant)
             current = dataclasses.replace(current, model=variant.model)
     except (NotApplicable, NotMeasurable) as e:
-        return _failed(variants, Outcome("error", f"{name} no longer applies on top of the others: {e}")), name
+        return _failed(variants, Outcome("error", f"does not apply on top of {_earlier(names, name)}: {e}")), name
     except Exception as e:  # noqa: BLE001 - the combination is what failed: report it, keep the singles
-        return _failed(variants, Outcome("error", f"could not stack {name}: {first_line(e)}")), name
+        return _failed(variants, Outcome("error", f"fails on top of {_earlier(names, name)}: {first_line(e)}")), name
     plan = stacked(variants)
     plan.closers.extend(v.close for v in variants)
     return Trial(PLAN, variant=dataclasses.replace(plan, action=PLAN)), None
+
+
+def _earlier(names: Sequence[str], name: str) -> str:
+    return " + ".join(names[:names.index(name)]) or "the model"
 
 
 def _failed(variants: list[Variant], outcome: Outcome) -> Trial:
