@@ -72,11 +72,13 @@ def test_hotspots_of_two_percent_are_rows_and_silence_is_named():
     assert [(r["subject"], r["action"], r["rule_id"]) for r in spots] == [
         ("row:4", "compile", "compile-memory-bound-op"), ("row:7", "none", "")]
     assert spots[0]["predicted_gain_frac"] == pytest.approx(0.19)
-    assert spots[1]["reason"] == "aten::cumsum (latency-bound): library: no library rule covers aten::cumsum"
+    assert spots[1]["reason"] == ("aten::cumsum (latency-bound): no rule estimates a saving for this op; "
+                                  "library: no library rule covers aten::cumsum")
     text = ra.silence(pd.DataFrame(rows))
     assert text == ("Of 2 hotspots of ≥ 2 % of device time in 1 models, 1 got a rung, 0 an evidenced "
                     "leave-it, and 1 neither (listed below the table); hotspot rows from commit abc1234.")
-    assert "| m | aten::cumsum (latency-bound) | 3.5 % | library: no library rule covers aten::cumsum |" \
+    assert "| m | aten::cumsum (latency-bound) | 3.5 % | no rule estimates a saving for this op; library: no " \
+           "library rule covers aten::cumsum |" \
         in ra.silent_table(pd.DataFrame(rows))
 
 

@@ -176,7 +176,7 @@ def hotspot_row(h: dict, info: dict) -> dict:
     `none`, every rung's reason for passing it over."""
     chosen = h["chosen"]
     why = chosen["why"] if chosen["tier"] != "none" else "; ".join(
-        f"{p['tier']}: {p['reason']}" for p in h.get("passed_over") or [])
+        [chosen["why"], *(f"{p['tier']}: {p['reason']}" for p in h.get("passed_over") or [])])
     return {**info, "kind": "hotspot", "rule_id": chosen.get("rule_id") or "", "subject": f"row:{h['row_id']}",
             "action": chosen["tier"], "predicted_gain_frac": h["share_pct"] / 100.0,
             "reason": _one_line(f"{h['name']} ({h['verdict']}): {why}")[:REASON_CHARS]}
