@@ -8,7 +8,7 @@ first (largest first), then the rest in their predicted order.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from kernel_advisor.actions import NONE
@@ -71,9 +71,7 @@ def _credited_outcome(rec: Recommendation, action: str, outcomes: Mapping[str, O
     outcome = _outcome_for(rec, outcomes, beyond, top)
     if action == rec.action:
         return outcome
-    note = credit_note(rec.action, action, outcomes)
-    chosen = outcomes[action]
-    return replace(chosen, reason=f"{note}; {chosen.reason}" if chosen.reason else note)
+    return outcomes[action].with_note(credit_note(rec.action, action, outcomes))
 
 
 def _actions(f: Finding) -> list[str]:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kernel_advisor.trykernel.timing import Estimate
@@ -25,6 +25,10 @@ class Outcome:
         return {"status": self.status, "reason": self.reason, "applied": self.applied,
                 "speedup": _interval(self.speedup), "gain_frac": _finite(self.gain_frac),
                 "verdict": self.verdict, "step_s": _interval(self.step_s), "gate": self.gate}
+
+    def with_note(self, note: str) -> "Outcome":
+        """The same outcome, `note` put before its reason."""
+        return replace(self, reason=f"{note}; {self.reason}" if self.reason else note)
 
     @property
     def measured_gain(self) -> float | None:

@@ -7,7 +7,7 @@ outcome is a record (outcome.py); nothing is raised for an action that fails.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Sequence
 
 from kernel_advisor.collect.loader import LoadedModel
@@ -100,10 +100,7 @@ def _measure_plan(loaded, mode, outcomes: dict[str, Outcome], reference, options
 
 
 def _noted(outcome: Outcome, left_out: dict[str, str]) -> Outcome:
-    if not left_out:
-        return outcome
-    note = left_out_note(left_out)
-    return replace(outcome, reason=f"{note}; {outcome.reason}" if outcome.reason else note)
+    return outcome.with_note(left_out_note(left_out)) if left_out else outcome
 
 
 def _interval(e: Estimate | None) -> dict | None:
