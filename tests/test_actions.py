@@ -211,7 +211,7 @@ def test_backend_flags_are_restored_even_on_error():
     assert current("cudnn.benchmark") == before
 
 
-@pytest.mark.parametrize("name", ["cudnn_benchmark", "tf32", "compile:reduce-overhead"])
+@pytest.mark.parametrize("name", ["cudnn_benchmark", "tf32", "compile:reduce-overhead", "sdpa_cudnn"])
 def test_cuda_only_actions_say_so_on_cpu(name):
     with pytest.raises(NotApplicable, match="CUDA|CPU"):
         get_action(name).prepare(loaded_of(nn.Linear(4, 4), seeded(2, 4)), "inference")
@@ -248,7 +248,8 @@ def test_unknown_kernel_is_not_applicable():
 def test_registry_names():
     names = actions.action_names()
     for expected in ("sdpa", "rms_norm_module", "channels_last", "cudnn_benchmark", "tf32", "bf16_autocast",
-                     "pad_gemm", "compile", "compile:reduce-overhead", "compile:max-autotune-no-cudagraphs"):
+                     "pad_gemm", "compile", "compile:reduce-overhead", "compile:max-autotune-no-cudagraphs",
+                     "sdpa_cudnn"):
         assert expected in names
     assert actions.is_known("kernel:triton.softmax") and actions.is_known("none")
     assert not actions.is_known("kernel:") and not actions.is_known("fp4")

@@ -62,3 +62,32 @@ def test_recommend_measure_on_cuda(tmp_path):
     also = doc["also"][0]["measured"]
     assert also["status"] == "passed" and also["speedup"]["value"] > 0
     assert all(r["measured"]["status"] for r in doc["recommendations"])
+
+
+class _Attention(nn.Module):
+    def __init__(self, d: int = 256, heads: int = 4):
+        super().__init__()
+        self.heads, self.qkv, self.out = heads, nn.Linear(d, 3 * d), nn.Linear(d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(b, t, d))
+
+
+def _attention_inputs(seed: int) -> list:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(2, 1000, 256, generator=g)]  # an odd sequence length
+
+
+def test_sdpa_cudnn_and_gemm_autotuning_gate_and_time(capfd):
+    loaded = _cuda(loaded_of(_Attention().eval(), _attention_inputs), torch.bfloat16)
+    names = ["sdpa_cudnn", "compile:max-autotune-no-cudagraphs"]
+    m = measure_actions(loaded, "inference", names, MeasureOptions(reps=10, warmup=2))
+    for name in names:
+        o = m.outcomes[name]
+        assert o.status == "passed", (name, o)
+        assert o.speedup.low <= o.speedup.value <= o.speedup.high
+    assert "AUTOTUNE" not in capfd.readouterr().err  # inductor's autotuning tables stay off stderr
+    assert torch.backends.cuda.flash_sdp_enabled()  # the backend order is restored after the step

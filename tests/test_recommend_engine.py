@@ -35,8 +35,8 @@ def test_fp32_run_exact_findings_and_gains():
     report = run(*fp32_run())
     # compile (0.98571 ms) and Triton (0.98824 ms) nearly tie on the softmax: the cheaper rung first
     assert [f.rule_id for f in report.findings] == [
-        "lib-bf16-autocast", "lib-tf32-matmul", "compile-memory-bound-op", "triton-reference-kernel",
-        "leave-small-op"]
+        "lib-bf16-autocast", "lib-tf32-matmul", "compile-gemm-autotune", "compile-memory-bound-op",
+        "triton-reference-kernel", "leave-small-op"]
     got = dict(gains(report))
     # linear: roof max(20e9/50e12, 40e6/4e12) = 0.4 ms, 2 ms per call (20 % of the roof)
     # bf16: roof 20e9/800e12 = 25 µs → 2 ms × 25/400 = 0.125 ms per call; (2 − 0.125) × 2 calls = 3.75 ms
@@ -48,6 +48,8 @@ def test_fp32_run_exact_findings_and_gains():
     # compile at 70 % of the roof: 1 ms − 10/0.7 µs = 0.98571 ms
     assert got["compile-memory-bound-op"] == pytest.approx(1e-3 - 1e-5 / 0.7)
     assert got["leave-small-op"] == 0.0
+    # autotune to 70 % of the fp32 roof: 0.4 / 0.7 = 0.5714 ms per call; (2 − 0.5714) × 2 = 2.857 ms
+    assert got["compile-gemm-autotune"] == pytest.approx((2e-3 - 0.4e-3 / 0.7) * 2)
     # Amdahl: the linear row counts once (max 3.75 ms, not 3.75 + 3.5); + 0.98824 = 4.73824 ms of 6 ms
     assert report.total_saving_per_step_s == pytest.approx(3.75e-3 + 1e-3 - 1e-5 / 0.85)
     assert report.total_saving_pct == pytest.approx(100 * (4.75e-3 - 1e-5 / 0.85) / 6e-3)

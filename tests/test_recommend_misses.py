@@ -145,17 +145,29 @@ def test_channels_last_is_not_offered_where_group_norm_takes_time(norm_time_s, o
     assert ("lib-channels-last" in [f.rule_id for f in report.findings]) is offered
 
 
-@pytest.mark.parametrize("step_s, chosen", [(2e-3, "compile-cuda-graphs"), (5e-4, None)])
-def test_a_host_bound_hotspot_takes_the_runs_launch_rung_or_says_why_not(step_s, chosen):
-    # 200 batch_norm calls of 4 µs a step (0.8 ms over STEPS steps): host-bound, no op rule fits.
-    # A 2 ms step idles 1.6 ms (80 %): CUDA graphs fire and the hotspot names them; a 0.5 ms step
-    # has no gaps, and the hotspot says which condition of the launch rule failed.
+@pytest.mark.parametrize("step_s, chosen", [(2e-3, "compile-cuda-graphs"), (5e-4, "compile-host-bound-op")])
+def test_a_host_bound_hotspot_takes_the_runs_launch_rung_or_its_own(step_s, chosen):
+    # 200 batch_norm calls of 4 µs a step (0.8 ms over STEPS steps): host-bound. A 2 ms step idles
+    # 1.6 ms (80 %): CUDA graphs fire and the hotspot names them; a 0.5 ms step has no gaps, and
+    # the op's own compile rung (its host cost) is the answer: 0.5 × 0.8 ms = 0.4 ms.
     row = op_row(0, "aten::batch_norm", [[64, 64, 8, 8]], [BF16], 200 * STEPS, 8e-4 * STEPS, flops=1e5,
                  nbytes=1e5, verdict="host-bound", bw=BW)
     spot = _report(row, step_s).hotspots[0]
-    assert spot.chosen_rule == chosen
-    if chosen:
-        assert spot.chosen_tier == "compile" and spot.why.startswith("host-bound: its launches")
+    assert spot.chosen_rule == chosen and spot.chosen_tier == "compile"
+    if chosen == "compile-cuda-graphs":
+        assert spot.why.startswith("host-bound: its launches")
     else:
-        assert spot.why.startswith("host-bound: launch overhead is a run-level matter, and "
-                                   "compile-cuda-graphs: host_gap_frac is")
+        assert spot.why.endswith("saves 0.4 ms")
+
+
+def test_a_latency_bound_hotspot_without_a_rung_says_which_launch_condition_failed():
+    # 2 short calls a step (under compile-latency-op's 4, and under the launch rule's 10 kernels a
+    # step): no op rung, no launch rung; the reason is the launch rule's failed check.
+    row = op_row(0, "aten::batch_norm", [[64, 64, 8, 8]], [BF16], 2 * STEPS, 8e-6 * STEPS, flops=1e5,
+                 nbytes=1e5, verdict="latency-bound", bw=BW)
+    spot = _report(row, 5e-4).hotspots[0]
+    assert spot.chosen_tier == "none"
+    assert spot.why.startswith("latency-bound: launch overhead is a run-level matter, and "
+                               "compile-cuda-graphs: kernels_per_step is 2 (needs >= 10)")
+
+

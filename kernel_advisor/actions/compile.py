@@ -1,6 +1,9 @@
 """`compile`, `compile:reduce-overhead`, `compile:max-autotune-no-cudagraphs`: torch.compile the model."""
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import torch
 
 from kernel_advisor.actions.base import Action, NotApplicable, Variant
@@ -21,12 +24,26 @@ def _preparer(name: str):
         compiled = torch.compile(loaded.model, mode=mode)
         # params_of: the compiled wrapper names its parameters `_orig_mod.*`; gradients are compared by name.
         variant = Variant(name, compiled, f"torch.compile(model, mode={mode!r})", params_of=loaded.model,
-                          stage="compile")
+                          stage="compile", context=_quiet_autotune if "autotune" in mode else contextlib.nullcontext)
         # Each variant compiles afresh; the cache must not hand one mode's code to another.
         variant.closers.append(torch._dynamo.reset)
         return variant
 
     return prepare
+
+
+@contextlib.contextmanager
+def _quiet_autotune() -> Iterator[None]:
+    """Inductor writes each GEMM's autotuning table straight to stderr; the advisor's stderr
+    carries only its own lines, and the compile happens inside the first timed step's context."""
+    from torch._inductor import select_algorithm
+
+    saved = select_algorithm.PRINT_AUTOTUNE
+    select_algorithm.PRINT_AUTOTUNE = False
+    try:
+        yield
+    finally:
+        select_algorithm.PRINT_AUTOTUNE = saved
 
 
 # NB: inductor pads misaligned matmul dimensions itself (torch._inductor.config.shape_padding, on

@@ -21,6 +21,7 @@ KINDS = ("op", "kernel", "memcpy", "memset")
 COMPUTE_PATHS = ("fp32", "tf32", "fp16_tc", "bf16_tc", "fp8_tc", "fp64")
 DEVICE_TYPES = ("cuda", "cpu")
 MEMORY_FORMATS = ("contiguous", "channels_last", "other")
+ATTENTION_BACKENDS = ("flash", "efficient", "cudnn", "math", "unknown")  # evidence.attention_backend
 PATTERNS = ("naive-attention", "rmsnorm-chain", "residual-rmsnorm", "elementwise-chain", "swiglu",
             "unfused-optimizer", "custom-op-boundary")
 # run.json "settings" keys a rule may test, with the values each may take (None: any bool).
@@ -177,6 +178,7 @@ CONDITIONS: Mapping[str, CondSpec] = {
     "dtypes": _choices(None, _SUBJECT, "dtype"),
     "compute_path": _choices(COMPUTE_PATHS, _OP, "compute_path"),
     "memory_format": _choices(MEMORY_FORMATS, _OP, "memory_format"),
+    "attention_backend": _choices(ATTENTION_BACKENDS, _OP, "attention_backend"),
     "pattern": _choices(PATTERNS, _PAT, "pattern"),
     "device_type": _choices(DEVICE_TYPES, _ALL, "device_type"),
     "capability": CondSpec(_parse_capability, _capability_match,

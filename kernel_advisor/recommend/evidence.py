@@ -19,6 +19,18 @@ GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matm
 CONV_OPS = ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution",
             "aten::cudnn_convolution", "aten::conv_transpose1d", "aten::conv_transpose2d",
             "aten::conv_transpose3d", "aten::mkldnn_convolution")
+ATTENTION_OPS = ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
+                 "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention",
+                 "aten::_flash_attention_forward", "aten::_efficient_attention_forward",
+                 "aten::_scaled_dot_product_flash_attention_backward",
+                 "aten::_scaled_dot_product_efficient_attention_backward",
+                 "aten::_scaled_dot_product_cudnn_attention_backward")
+# The SDPA backend an attention row ran, told by the kernels it launched: cuDNN's fused kernels
+# are named cudnn_generated_*_sdpa_*_flash_* (so cuDNN is tested before flash); FlashAttention-2's
+# pytorch_flash::flash_fwd/bwd_*; the memory-efficient backend's fmha_cutlass*. The math backend
+# launches plain GEMM and softmax kernels.
+_ATTENTION_KERNEL_MARKS = (("cudnn", ("cudnn",)), ("flash", ("flash",)),
+                           ("efficient", ("fmha", "mem_eff", "efficient_attention")))
 # run.json "distributed" numbers a run-scope rule may test (absent for a single process).
 DISTRIBUTED_KEYS = ("world_size", "straggler_ratio", "exposed_comm_s", "exposed_comm_pct", "max_comm_wait_s",
                     "max_comm_wait_pct", "waited_for_rank", "overlap_frac", "allreduce_count",
@@ -167,6 +179,18 @@ def memory_format(name: str, shapes: Any, strides: Any) -> str | None:
     return "other"
 
 
+def attention_backend(name: str, kernels: Any) -> str | None:
+    """"flash", "efficient", "cudnn", "math" for an attention row (by its kernels' names),
+    "unknown" when it launched none on record; None for any other op."""
+    if name not in ATTENTION_OPS:
+        return None
+    names = [str(k.get("name", "")).lower() for k in decoded(kernels) if isinstance(k, Mapping)]
+    for backend, marks in _ATTENTION_KERNEL_MARKS:
+        if any(m in n for n in names for m in marks):
+            return backend
+    return "math" if names else "unknown"
+
+
 def op_evidence(row: Mapping[str, Any], ctx: RunContext) -> dict[str, Any]:
     name = str(row.get("name", ""))
     calls = _num(row, "calls") or 0.0
@@ -182,6 +206,7 @@ def op_evidence(row: Mapping[str, Any], ctx: RunContext) -> dict[str, Any]:
         "share_pct": _num(row, "share_pct"), "efficiency_frac": _num(row, "efficiency_frac"),
         "calls": calls, "calls_per_step": calls / ctx.steps, "time_per_step_s": time_s / ctx.steps,
         "device_time_per_call_s": _num(row, "device_time_per_call_s"),
+        "cpu_time_per_call_s": (_num(row, "cpu_time_total_s") or 0.0) / calls if calls else None,
         "kernel_time_per_launch_s": _num(row, "kernel_time_per_launch_s") if kernels else None,
         "kernels_per_call": kernels / calls if calls else None,
         "intensity": _num(row, "intensity"), "max_blocks": _num(row, "max_blocks"),
@@ -195,4 +220,5 @@ def op_evidence(row: Mapping[str, Any], ctx: RunContext) -> dict[str, Any]:
         "alignment_dims": dims,
         "gemm_dims": ", ".join(f"{k}={v}" for k, v in (dims or {}).items()),
         "memory_format": memory_format(name, row.get("input_shapes"), row.get("input_strides")),
+        "attention_backend": attention_backend(name, row.get("kernels")),
     }

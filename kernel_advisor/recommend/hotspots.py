@@ -3,8 +3,9 @@
 The ladder is library → torch.compile → Triton → custom CUDA. The chosen rung is the
 cheapest one whose best recommendation reaches CHOOSE_FRAC of the best saving any rung
 offers for that op: more effort must buy more time. An op that is host- or latency-bound
-with no rung of its own takes the run's launch-gap rung (CUDA graphs) when it fired, and
-otherwise that rule's failed conditions as its reason.
+takes the run's launch-gap rung (CUDA graphs) when it fired: its launches, not its kernel, set
+the pace. Otherwise it takes its own rung (compile-host-bound-op, compile-latency-op), and with
+none, the launch rule's failed conditions are its reason.
 """
 from __future__ import annotations
 
@@ -159,18 +160,19 @@ def hotspot(engine: Engine, op: Subject, recs: Sequence[Recommendation],
     mine = [r for r in recs if _touches(r, row_id)]
     chosen = _choose(mine, row_id)
     leave = next((r for r in mine if r.tier == "leave-it" and r.subject == op.key), None)
-    if chosen is not None:
+    host = _launch_rung(recs) if ev["verdict"] in LAUNCH_VERDICTS else None
+    if host is not None:
+        tier, rule = host.tier, host.rule_id
+        why = (f"{ev['verdict']}: its launches, not its kernel, set the pace; {host.rule_id} removes the "
+               f"step's launch gaps (saves {_ms(host.row_saving_per_step_s[HOST_GAPS])} a step)")
+        passed = _passed_over(engine, op, mine, LADDER[:LADDER.index(host.tier)], None, suppressed)
+    elif chosen is not None:
         best = max((r for r in mine if r.tier in LADDER), key=lambda r: _row_gain(r, row_id))
         tiers = LADDER[:LADDER.index(chosen.tier)]
         tier, rule, why = chosen.tier, chosen.rule_id, f"{chosen.title}: saves {_ms(_row_gain(chosen, row_id))}"
         passed = _passed_over(engine, op, mine, tiers, best, suppressed)
     elif leave is not None:
         tier, rule, why, passed = "leave-it", leave.rule_id, leave.title, ()
-    elif ev["verdict"] in LAUNCH_VERDICTS and (host := _launch_rung(recs)) is not None:
-        tier, rule = host.tier, host.rule_id
-        why = (f"{ev['verdict']}: its launches, not its kernel, set the pace; {host.rule_id} removes the "
-               f"step's launch gaps (saves {_ms(host.row_saving_per_step_s[HOST_GAPS])} a step)")
-        passed = _passed_over(engine, op, mine, LADDER[:LADDER.index(host.tier)], None, suppressed)
     else:
         tier, rule = "none", None
         why = (_launch_miss(engine, ev["verdict"]) if ev["verdict"] in LAUNCH_VERDICTS

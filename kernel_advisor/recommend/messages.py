@@ -43,6 +43,9 @@ _OP_FIELDS = {
     "kernels_per_call": ("kernels_per_call", 1.0), "achieved_gbps": ("achieved_bytes_per_s", 1e-9),
     "achieved_tflops": ("achieved_flops_per_s", 1e-12), "peak_tflops": ("peak_flops_per_s", 1e-12),
     "headroom_ms": ("headroom_per_step_s", 1e3),
+    "cpu_time_per_call_us": ("cpu_time_per_call_s", 1e6),
+    "device_time_per_call_us": ("device_time_per_call_s", 1e6),
+    "attention_backend": ("attention_backend", None),
 }
 _PATTERN_FIELDS = {
     "pattern": ("pattern", None), "variant": ("variant", None), "names": ("names", None),

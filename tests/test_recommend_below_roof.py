@@ -1,0 +1,108 @@
+"""Compute-bound GEMMs and attention below their roof, and host-bound ops: each gets a rung."""
+from __future__ import annotations
+
+import pytest
+from test_recommend_support import BW, CEILINGS, PEAKS, STEPS, op_row, op_table, run_meta, sequence_from
+
+from kernel_advisor.recommend.evidence import attention_backend
+from kernel_advisor.recommend.kernels import registry_kernels
+from kernel_advisor.recommend.report import recommend
+from kernel_advisor.recommend.ruleset import load_rules
+
+RULES = load_rules()
+KERNELS = registry_kernels()
+BF16 = "bfloat16"
+BF16_PEAK = PEAKS["bf16_tc"]
+
+
+def _report(rows, step_s, **meta):
+    total = sum(r["device_time_total_s"] for r in rows)
+    return recommend(op_table(rows), sequence_from([]),
+                     run_meta(total_device_time_s=total, step_wall_s=step_s, ceilings=CEILINGS, **meta),
+                     RULES, KERNELS)
+
+
+def _gemm(efficiency: float) -> dict:
+    # 8192 x 4096 x 4096 bf16: 2 * 8192 * 4096 * 4096 = 2.75e11 FLOPs, roof 344 µs at 800 TFLOP/s
+    flops = 2.0 * 8192 * 4096 * 4096
+    row = op_row(0, "aten::linear", [[8192, 4096], [4096, 4096], [4096]], [BF16] * 3, 1,
+                 flops / BF16_PEAK / efficiency, flops=flops, nbytes=2.0 * (2 * 8192 * 4096 + 4096 * 4096),
+                 verdict="compute-bound", compute_path="bf16_tc", peak=BF16_PEAK, bw=BW)
+    assert row["efficiency_frac"] == pytest.approx(efficiency)
+    return row
+
+
+@pytest.mark.parametrize("efficiency, rung, not_rung", [
+    (0.3, "compile-gemm-autotune", "leave-gemm-at-roof"),
+    (0.69, "compile-gemm-autotune", "lib-fp8-gemm"),
+    (0.75, "lib-fp8-gemm", "compile-gemm-autotune"),
+])
+def test_a_compute_bound_gemm_below_the_roof_gets_autotuning_and_at_the_roof_fp8(efficiency, rung, not_rung):
+    row = _gemm(efficiency)
+    report = _report([row], row["device_time_total_s"] * 1.05)
+    ids = [f.rule_id for f in report.findings]
+    assert rung in ids and not_rung not in ids
+    spot = report.hotspots[0]
+    assert spot.chosen_tier != "none"
+    if rung == "compile-gemm-autotune":
+        rec = next(f for f in report.findings if f.rule_id == rung).recommendations[0]
+        assert rec.action == "compile:max-autotune-no-cudagraphs"
+        # roofline at 70 %: saving = t − t × efficiency / 0.7 over the run's STEPS steps
+        t = row["device_time_total_s"]
+        assert rec.saving_per_step_s == pytest.approx((t - t * efficiency / 0.7) / STEPS, rel=1e-6)
+
+
+def _sdpa(kernel_name: str, efficiency: float = 0.3) -> dict:
+    # b=8, h=16, s=4096, d=128 causal=False: 4 * b * h * s^2 * d = 2.81e12 FLOPs a call
+    flops = 4.0 * 8 * 16 * 4096 * 4096 * 128
+    q = [8, 16, 4096, 128]
+    row = op_row(0, "aten::scaled_dot_product_attention", [q, q, q], [BF16] * 3, 1, flops / BF16_PEAK / efficiency,
+                 flops=flops, nbytes=4 * 2.0 * 8 * 16 * 4096 * 128, verdict="compute-bound",
+                 compute_path="bf16_tc", peak=BF16_PEAK, bw=BW)
+    row["kernels"] = [{"name": kernel_name, "count": 1, "time_total_s": row["device_time_total_s"],
+                       "max_blocks": 512}]
+    return row
+
+
+FLASH = "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>, false>(Flash_fwd_params)"
+CUDNN = "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_kernel0_0"
+EFFICIENT = "fmha_cutlassF_bf16_aligned_64x128_rf_sm80(PyTorchMemEffAttention::AttentionKernel<...>::Params)"
+
+
+@pytest.mark.parametrize("name, backend", [
+    (FLASH, "flash"), (CUDNN, "cudnn"), (EFFICIENT, "efficient"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "math"),
+])
+def test_attention_backend_is_read_from_the_kernel_names(name, backend):
+    assert attention_backend("aten::scaled_dot_product_attention", [{"name": name}]) == backend
+    assert attention_backend("aten::scaled_dot_product_attention", []) == "unknown"
+    assert attention_backend("aten::linear", [{"name": name}]) is None
+
+
+def test_flash_attention_below_the_roof_on_hopper_is_offered_cudnn():
+    row = _sdpa(FLASH)
+    report = _report([row], row["device_time_total_s"] * 1.05)
+    finding = next(f for f in report.findings if f.rule_id == "lib-sdpa-cudnn")
+    rec = finding.recommendations[0]
+    assert rec.action == "sdpa_cudnn" and "ran the flash backend at 30 %" in rec.message
+    assert report.hotspots[0].chosen_rule == "lib-sdpa-cudnn"
+
+
+@pytest.mark.parametrize("kernel, capability", [(CUDNN, [9, 0]), (FLASH, [8, 0])])
+def test_cudnn_attention_is_not_offered_where_it_already_ran_or_before_hopper(kernel, capability):
+    row = _sdpa(kernel)
+    report = _report([row], row["device_time_total_s"] * 1.05, capability=capability)
+    assert "lib-sdpa-cudnn" not in [f.rule_id for f in report.findings]
+    reasons = " ".join(r for _, r in report.hotspots[0].passed_over)
+    assert "lib-sdpa-cudnn" in reasons  # the nearest miss names the check that failed
+
+
+def test_a_host_bound_op_in_a_run_without_launch_gaps_names_its_host_cost():
+    # 10 calls a step of 20 µs CPU and 5 µs device each (host-bound), STEPS steps
+    row = op_row(0, "aten::reshape", [[4096, 8, 512]], [BF16], 10 * 10, 5e-6 * 10 * 10, flops=0.0,
+                 nbytes=2.0 * 4096 * 8 * 512 * 2, verdict="host-bound", bw=BW)
+    row["cpu_time_total_s"] = 20e-6 * 100
+    report = _report([row], 60e-6)
+    rec = next(f for f in report.findings if f.rule_id == "compile-host-bound-op").recommendations[0]
+    assert rec.action == "compile"
+    assert "costs 20 µs of CPU time per call against 5.0 µs on the GPU" in rec.message
