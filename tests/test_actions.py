@@ -211,7 +211,8 @@ def test_backend_flags_are_restored_even_on_error():
     assert current("cudnn.benchmark") == before
 
 
-@pytest.mark.parametrize("name", ["cudnn_benchmark", "tf32", "compile:reduce-overhead", "sdpa_cudnn"])
+@pytest.mark.parametrize("name", ["cudnn_benchmark", "tf32", "compile:reduce-overhead", "sdpa_cudnn",
+                                  "sdpa_flash"])
 def test_cuda_only_actions_say_so_on_cpu(name):
     with pytest.raises(NotApplicable, match="CUDA|CPU"):
         get_action(name).prepare(loaded_of(nn.Linear(4, 4), seeded(2, 4)), "inference")
@@ -249,9 +250,16 @@ def test_registry_names():
     names = actions.action_names()
     for expected in ("sdpa", "rms_norm_module", "channels_last", "cudnn_benchmark", "tf32", "bf16_autocast",
                      "pad_gemm", "compile", "compile:reduce-overhead", "compile:max-autotune-no-cudagraphs",
-                     "sdpa_cudnn"):
+                     "sdpa_cudnn", "sdpa_flash"):
         assert expected in names
     assert actions.is_known("kernel:triton.softmax") and actions.is_known("none")
     assert not actions.is_known("kernel:") and not actions.is_known("fp4")
     with pytest.raises(KeyError, match="unknown action"):
         get_action("fp4")
+
+
+def test_sdpa_backend_order_puts_the_chosen_backend_first_and_keeps_the_rest():
+    from kernel_advisor.actions.sdpa_backend import priority
+
+    assert priority("FLASH_ATTENTION") == ["FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "MATH"]
+    assert priority("CUDNN_ATTENTION") == ["CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"]

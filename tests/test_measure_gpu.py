@@ -81,9 +81,9 @@ def _attention_inputs(seed: int) -> list:
     return [torch.randn(2, 1000, 256, generator=g)]  # an odd sequence length
 
 
-def test_sdpa_cudnn_and_gemm_autotuning_gate_and_time(capfd):
+def test_sdpa_backends_and_gemm_autotuning_gate_and_time(capfd):
     loaded = _cuda(loaded_of(_Attention().eval(), _attention_inputs), torch.bfloat16)
-    names = ["sdpa_cudnn", "compile:max-autotune-no-cudagraphs"]
+    names = ["sdpa_cudnn", "sdpa_flash", "compile:max-autotune-no-cudagraphs"]
     m = measure_actions(loaded, "inference", names, MeasureOptions(reps=10, warmup=2))
     for name in names:
         o = m.outcomes[name]

@@ -8,6 +8,8 @@ from kernel_advisor.measure.advice import rerank
 from kernel_advisor.measure.outcome import Outcome
 from kernel_advisor.measure.modes import credit_note, credited, refinements_to_measure
 from kernel_advisor.measure.plan import choose, conflicts
+from kernel_advisor.measure.session import _by_preparation_cost
+from kernel_advisor.measure.trials import Trial
 from kernel_advisor.recommend.engine import Finding, Recommendation
 from kernel_advisor.trykernel.timing import Estimate
 
@@ -125,3 +127,13 @@ def test_an_action_that_does_not_stack_is_left_out_and_its_group_refilled(monkey
                      ["sdpa", "rms_norm_module", "compile:reduce-overhead"]]
     assert prepared.names == ["sdpa", "rms_norm_module", "compile:reduce-overhead"]
     assert plan_mod.left_out_note(prepared.left_out) == "float8:compile left out: module forwards are swapped"
+
+
+def test_slow_to_prepare_actions_are_gated_and_timed_after_the_others():
+    # max-autotune benchmarks every GEMM shape while it compiles: under a --budget-s it must give
+    # way at the end rather than use up the time the quick actions need to be timed
+    trials = [Trial(n) for n in ("compile:max-autotune-no-cudagraphs", "sdpa", "plan", "compile")]
+    quick, slow = _by_preparation_cost(trials)
+    assert [t.name for t in quick] == ["sdpa", "plan", "compile"]
+    assert [t.name for t in slow] == ["compile:max-autotune-no-cudagraphs"]
+    assert _by_preparation_cost(trials[1:2]) == [trials[1:2]]

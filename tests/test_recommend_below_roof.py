@@ -88,13 +88,21 @@ def test_flash_attention_below_the_roof_on_hopper_is_offered_cudnn():
     assert report.hotspots[0].chosen_rule == "lib-sdpa-cudnn"
 
 
-@pytest.mark.parametrize("kernel, capability", [(CUDNN, [9, 0]), (FLASH, [8, 0])])
-def test_cudnn_attention_is_not_offered_where_it_already_ran_or_before_hopper(kernel, capability):
-    row = _sdpa(kernel)
-    report = _report([row], row["device_time_total_s"] * 1.05, capability=capability)
+def test_cudnn_attention_is_not_offered_before_hopper():
+    row = _sdpa(FLASH)
+    report = _report([row], row["device_time_total_s"] * 1.05, capability=[8, 0])
     assert "lib-sdpa-cudnn" not in [f.rule_id for f in report.findings]
     reasons = " ".join(r for _, r in report.hotspots[0].passed_over)
-    assert "lib-sdpa-cudnn" in reasons  # the nearest miss names the check that failed
+    assert "lib-sdpa-cudnn: capability is [8, 0]" in reasons  # the nearest miss names the failed check
+
+
+def test_cudnn_attention_below_the_roof_is_offered_flash_instead():
+    row = _sdpa(CUDNN)
+    report = _report([row], row["device_time_total_s"] * 1.05)
+    ids = [f.rule_id for f in report.findings]
+    assert "lib-sdpa-flash" in ids and "lib-sdpa-cudnn" not in ids
+    rec = next(f for f in report.findings if f.rule_id == "lib-sdpa-flash").recommendations[0]
+    assert rec.action == "sdpa_flash" and report.hotspots[0].chosen_rule == "lib-sdpa-flash"
 
 
 def test_a_host_bound_op_in_a_run_without_launch_gaps_names_its_host_cost():

@@ -7,12 +7,12 @@ The registry is code, one module per action. Rules name an action (`action: sdpa
 from __future__ import annotations
 
 from kernel_advisor.actions import (bf16_autocast, channels_last, compile, cudnn_benchmark, float8, kernel,
-                                    pad_gemm, rms_norm_module, sdpa, sdpa_cudnn, tf32)
+                                    pad_gemm, rms_norm_module, sdpa, sdpa_backend, tf32)
 from kernel_advisor.actions.base import Action, NotApplicable, NotMeasurable, Variant, stacked
 
 NONE = "none"
 _FIXED: dict[str, Action] = {a.name: a for a in (
-    sdpa.ACTION, sdpa_cudnn.ACTION, rms_norm_module.ACTION, channels_last.ACTION, cudnn_benchmark.ACTION, tf32.ACTION,
+    sdpa.ACTION, *sdpa_backend.ACTIONS, rms_norm_module.ACTION, channels_last.ACTION, cudnn_benchmark.ACTION, tf32.ACTION,
     bf16_autocast.ACTION, pad_gemm.ACTION, float8.ACTION, *compile.ACTIONS, float8.COMPILED)}
 
 

@@ -73,6 +73,9 @@ class Action:
     # Modes of the same rung (compile's CUDA-graph mode) measured beside it on CUDA: a recommendation
     # naming this action is credited with whichever measured clearly faster (measure/modes.py).
     refinements: tuple[str, ...] = ()
+    # Preparing it takes much longer than a step (max-autotune benchmarks every GEMM shape): it is
+    # gated and timed after the others, so under a --budget-s it gives way instead of starving them.
+    slow_to_prepare: bool = False
 
 
 def stacked(variants: Sequence[Variant]) -> Variant:

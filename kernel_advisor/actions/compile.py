@@ -56,5 +56,6 @@ _ALSO_FIXES = {"compile": ("pad_gemm",), "compile:reduce-overhead": ("compile", 
 _REFINEMENTS = {"compile": ("compile:reduce-overhead",)}
 
 ACTIONS = tuple(Action(name, f"torch.compile (mode {mode!r})", "compile", _preparer(name), exclusive="compile",
-                       also_fixes=_ALSO_FIXES[name], refinements=_REFINEMENTS.get(name, ()))
+                       also_fixes=_ALSO_FIXES[name], refinements=_REFINEMENTS.get(name, ()),
+                       slow_to_prepare="autotune" in mode)
                 for name, mode in MODES.items())

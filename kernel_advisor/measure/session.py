@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from kernel_advisor.actions import NONE, get_action, is_known
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.measure.outcome import Outcome
 from kernel_advisor.measure.plan import choose, left_out_note, prepare_best_plan
@@ -71,12 +72,23 @@ def measure_actions(loaded: LoadedModel, mode: str, names: Sequence[str], option
 
 def _gate_and_time(loaded, mode, trials: list[Trial], reference, options: MeasureOptions, deadline: Deadline,
                    report: Progress) -> Estimate | None:
-    step_s = run_gate(loaded, mode, trials, reference, options.draws, options.seed, deadline, report)
-    reps = options.reps or (CUDA_REPS if loaded.device.type == "cuda" else CPU_REPS)
-    report("timing", 0, 1)
-    eager = time_trials(loaded, mode, trials, reps, options.warmup, step_s, deadline)
-    report("timing", 1, 1)
+    """Gate, then time, the quick-to-prepare trials; then the slow ones (max-autotune) with what
+    is left of the budget, each batch interleaved with its own eager steps."""
+    eager = None
+    for batch in _by_preparation_cost(trials):
+        step_s = run_gate(loaded, mode, batch, reference, options.draws, options.seed, deadline, report)
+        reps = options.reps or (CUDA_REPS if loaded.device.type == "cuda" else CPU_REPS)
+        report("timing", 0, 1)
+        eager = time_trials(loaded, mode, batch, reps, options.warmup, step_s, deadline) or eager
+        report("timing", 1, 1)
     return eager
+
+
+def _by_preparation_cost(trials: list[Trial]) -> list[list[Trial]]:
+    def slow(t: Trial) -> bool:  # the plan's trial is named "plan", not an action
+        return t.name != NONE and is_known(t.name) and get_action(t.name).slow_to_prepare
+
+    return [b for b in ([t for t in trials if not slow(t)], [t for t in trials if slow(t)]) if b]
 
 
 def _measure_plan(loaded, mode, outcomes: dict[str, Outcome], reference, options: MeasureOptions,
