@@ -52,12 +52,12 @@ def test_a_compute_bound_gemm_below_the_roof_gets_autotuning_and_at_the_roof_fp8
         assert rec.saving_per_step_s == pytest.approx((t - t * efficiency / 0.7) / STEPS, rel=1e-6)
 
 
-def _sdpa(kernel_name: str, efficiency: float = 0.3) -> dict:
+def _sdpa(kernel_name: str, efficiency: float = 0.3, verdict: str = "compute-bound") -> dict:
     # b=8, h=16, s=4096, d=128 causal=False: 4 * b * h * s^2 * d = 2.81e12 FLOPs a call
     flops = 4.0 * 8 * 16 * 4096 * 4096 * 128
     q = [8, 16, 4096, 128]
     row = op_row(0, "aten::scaled_dot_product_attention", [q, q, q], [BF16] * 3, 1, flops / BF16_PEAK / efficiency,
-                 flops=flops, nbytes=4 * 2.0 * 8 * 16 * 4096 * 128, verdict="compute-bound",
+                 flops=flops, nbytes=4 * 2.0 * 8 * 16 * 4096 * 128, verdict=verdict,
                  compute_path="bf16_tc", peak=BF16_PEAK, bw=BW)
     row["kernels"] = [{"name": kernel_name, "count": 1, "time_total_s": row["device_time_total_s"],
                        "max_blocks": 512}]
@@ -79,9 +79,13 @@ def test_attention_backend_is_read_from_the_kernel_names(name, backend):
     assert attention_backend("aten::linear", [{"name": name}]) is None
 
 
-def test_flash_attention_below_the_roof_on_hopper_is_offered_cudnn():
-    row = _sdpa(FLASH)
+@pytest.mark.parametrize("verdict", ["compute-bound", "memory-bound"])
+def test_flash_attention_below_the_roof_on_hopper_is_offered_cudnn(verdict):
+    # short sequences put attention on the memory side of the ridge: the backend is still the
+    # rung, and compile (which calls the same fused kernel) is not offered for it
+    row = _sdpa(FLASH, verdict=verdict)
     report = _report([row], row["device_time_total_s"] * 1.05)
+    assert "compile-memory-bound-op" not in [f.rule_id for f in report.findings]
     finding = next(f for f in report.findings if f.rule_id == "lib-sdpa-cudnn")
     rec = finding.recommendations[0]
     assert rec.action == "sdpa_cudnn" and "ran the flash backend at 30 %" in rec.message
@@ -114,3 +118,17 @@ def test_a_host_bound_op_in_a_run_without_launch_gaps_names_its_host_cost():
     rec = next(f for f in report.findings if f.rule_id == "compile-host-bound-op").recommendations[0]
     assert rec.action == "compile"
     assert "costs 20 µs of CPU time per call against 5.0 µs on the GPU" in rec.message
+
+
+def test_a_memory_bound_op_past_compiles_target_is_left_with_that_evidence():
+    # A skinny bf16 linear (8192 x 64 by 64 x 64) is memory-bound: 2 x (8192 x 64 x 2 + 64 x 64) B
+    # = 2.11 MB, roof 2.11e6 / 4e12 = 0.527 µs; at 0.685 µs a call it runs at 77 % of bandwidth:
+    # past compile's 70 % target and under leave-op-at-bandwidth's 80 %.
+    nbytes = 2.0 * (2 * 8192 * 64 + 64 * 64)
+    row = op_row(0, "aten::linear", [[8192, 64], [64, 64]], [BF16] * 2, 100, 100 * nbytes / BW / 0.77,
+                 flops=2.0 * 8192 * 64 * 64, nbytes=nbytes, verdict="memory-bound", compute_path="bf16_tc",
+                 peak=BF16_PEAK, bw=BW)
+    spot = _report([row], row["device_time_total_s"]).hotspots[0]
+    assert spot.chosen_tier == "leave-it" and spot.chosen_rule is None
+    assert spot.why.startswith("already where compile-memory-bound-op would bring it: ")
+    assert "at 70% of the roofline" in spot.why

@@ -5,7 +5,8 @@ cheapest one whose best recommendation reaches CHOOSE_FRAC of the best saving an
 offers for that op: more effort must buy more time. An op that is host- or latency-bound
 takes the run's launch-gap rung (CUDA graphs) when it fired: its launches, not its kernel, set
 the pace. Otherwise it takes its own rung (compile-host-bound-op, compile-latency-op), and with
-none, the launch rule's failed conditions are its reason.
+none, the launch rule's failed conditions are its reason. An op whose applicable rungs find it
+already at or past their target is left as it is, with that as the evidence.
 """
 from __future__ import annotations
 
@@ -138,6 +139,20 @@ def _choose(recs: Sequence[Recommendation], row_id: int) -> Recommendation | Non
     return None
 
 
+def _at_target(engine: Engine, op: Subject) -> str | None:
+    """The evidence that an op is already where its rungs would bring it: a rung whose every
+    condition holds but whose gain model finds the op at or past its target (a memory-bound op at
+    77 % of bandwidth, which compile would bring to 70 %). None when no rung applies at all."""
+    for rule in (r for r in engine.rules if r.tier in LADDER and r.scope == "op" and r.gain.model != "none"):
+        checks, spec = evaluate_rule(engine, rule, op)
+        if _failing(checks):
+            continue
+        rec = recommendation(engine, rule, op, checks, spec)
+        if rec.saving_per_step_s == 0.0:
+            return f"already where {rule.id} would bring it: {rec.gain_basis}"
+    return None
+
+
 def _launch_rung(recs: Sequence[Recommendation]) -> Recommendation | None:
     """The run-level recommendation that removes launch gaps (CUDA graphs), if one fired."""
     return max((r for r in recs if r.row_saving_per_step_s.get(HOST_GAPS, 0.0) > 0),
@@ -173,6 +188,8 @@ def hotspot(engine: Engine, op: Subject, recs: Sequence[Recommendation],
         passed = _passed_over(engine, op, mine, tiers, best, suppressed)
     elif leave is not None:
         tier, rule, why, passed = "leave-it", leave.rule_id, leave.title, ()
+    elif (at := _at_target(engine, op)) is not None:
+        tier, rule, why, passed = "leave-it", None, at, _passed_over(engine, op, mine, LADDER, None, suppressed)
     else:
         tier, rule = "none", None
         why = (_launch_miss(engine, ev["verdict"]) if ev["verdict"] in LAUNCH_VERDICTS
