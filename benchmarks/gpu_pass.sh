@@ -23,6 +23,11 @@ run() {  # name, command...: log each step, keep going, record its exit code
     echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$out/summary.txt"
     tail -n 25 "$out/$name.log"
 }
+gpu_workers() {  # 4 test workers fit a 141 GB H200; on an 80 GB card four of them ran out of memory
+    local mib
+    mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
+    if [ "${mib:-0}" -ge 120000 ]; then echo 4; else echo 2; fi
+}
 kernels_csv() {  # quick-or-not: the side-by-side sweep, Liger from .wheels/ when it is there
     local wheel liger_dir
     wheel=$(ls .wheels/liger_kernel-*.whl 2>/dev/null | tail -n 1)
@@ -39,7 +44,7 @@ kernels_csv() {  # quick-or-not: the side-by-side sweep, Liger from .wheels/ whe
 cat "$out/env.txt"
 for step in "${@:2}"; do
     case $step in
-        gpu_tests) run gpu_tests python3 -m pytest -q -m gpu -p no:cacheprovider -n 4 tests/ --timeout 300
+        gpu_tests) run gpu_tests python3 -m pytest -q -m gpu -p no:cacheprovider -n "$(gpu_workers)" tests/ --timeout 300
                    # its timings need the GPU to themselves (they skip under -n)
                    run gpu_timing_tests python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton_row_shapes.py ;;
         calibrate) run calibrate python3 -m kernel_advisor calibrate --device cuda --json ;;
