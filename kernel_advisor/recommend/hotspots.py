@@ -143,7 +143,8 @@ def _at_target(engine: Engine, op: Subject) -> str | None:
     """The evidence that an op is already where its rungs would bring it: a rung whose every
     condition holds but whose gain model finds the op at or past its target (a memory-bound op at
     77 % of bandwidth, which compile would bring to 70 %). None when no rung applies at all."""
-    for rule in (r for r in engine.rules if r.tier in LADDER and r.scope == "op" and r.gain.model != "none"):
+    # roofline only: there a zero saving means "at the target"; a measured kernel's zero means it lost
+    for rule in (r for r in engine.rules if r.tier in LADDER and r.scope == "op" and r.gain.model == "roofline"):
         checks, spec = evaluate_rule(engine, rule, op)
         if _failing(checks):
             continue
