@@ -75,9 +75,9 @@ def _gate_and_time(loaded, mode, trials: list[Trial], reference, options: Measur
     """Gate, then time, the quick-to-prepare trials; then the slow ones (max-autotune) with what
     is left of the budget, each batch interleaved with its own eager steps."""
     eager = None
+    reps = options.reps or (CUDA_REPS if loaded.device.type == "cuda" else CPU_REPS)
     for batch in _by_preparation_cost(trials):
         step_s = run_gate(loaded, mode, batch, reference, options.draws, options.seed, deadline, report)
-        reps = options.reps or (CUDA_REPS if loaded.device.type == "cuda" else CPU_REPS)
         report("timing", 0, 1)
         eager = time_trials(loaded, mode, batch, reps, options.warmup, step_s, deadline) or eager
         report("timing", 1, 1)

@@ -206,7 +206,8 @@ def op_evidence(row: Mapping[str, Any], ctx: RunContext) -> dict[str, Any]:
         "share_pct": _num(row, "share_pct"), "efficiency_frac": _num(row, "efficiency_frac"),
         "calls": calls, "calls_per_step": calls / ctx.steps, "time_per_step_s": time_s / ctx.steps,
         "device_time_per_call_s": _num(row, "device_time_per_call_s"),
-        "cpu_time_per_call_s": (_num(row, "cpu_time_total_s") or 0.0) / calls if calls else None,
+        "cpu_time_per_call_s": cpu_s / calls if (cpu_s := _num(row, "cpu_time_total_s")) is not None and calls
+        else None,
         "kernel_time_per_launch_s": _num(row, "kernel_time_per_launch_s") if kernels else None,
         "kernels_per_call": kernels / calls if calls else None,
         "intensity": _num(row, "intensity"), "max_blocks": _num(row, "max_blocks"),
