@@ -24,10 +24,13 @@ run() {  # name, command...: log each step, keep going, record its exit code
     tail -n 25 "$out/$name.log"
 }
 gpu_workers() {  # 4 test workers fit a 141 GB H200; on an 80 GB card four of them ran out of memory
-    local mib
+    local mib per gpus
     mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
-    if [ "${mib:-0}" -ge 120000 ]; then echo 4; else echo 2; fi
+    if [ "${mib:-0}" -ge 120000 ]; then per=4; else per=2; fi
+    gpus=$(nvidia-smi -L | grep -c '^GPU')
+    echo $((per * (gpus > 0 ? gpus : 1)))
 }
+export ADVISOR_TEST_GPUS=$(nvidia-smi -L | grep -c '^GPU')  # tests/conftest.py: one GPU per worker
 kernels_csv() {  # quick-or-not: the side-by-side sweep, Liger from .wheels/ when it is there
     local wheel liger_dir
     wheel=$(ls .wheels/liger_kernel-*.whl 2>/dev/null | tail -n 1)
@@ -45,6 +48,9 @@ cat "$out/env.txt"
 for step in "${@:2}"; do
     case $step in
         gpu_tests) run gpu_tests python3 -m pytest -q -m gpu -p no:cacheprovider -n "$(gpu_workers)" tests/ --timeout 300
+                   # with one GPU per worker the multi-GPU tests skipped: they run here on all of them
+                   [ "$ADVISOR_TEST_GPUS" -gt 1 ] && run gpu_multi_tests env ADVISOR_TEST_GPUS=0 \
+                       python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_distributed_gpu.py
                    # its timings need the GPU to themselves (they skip under -n)
                    run gpu_timing_tests python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton_row_shapes.py ;;
         calibrate) run calibrate python3 -m kernel_advisor calibrate --device cuda --json ;;

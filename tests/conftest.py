@@ -2,7 +2,19 @@
 import os
 
 import pytest
-import torch
+
+
+def _one_gpu_per_worker() -> None:
+    """ADVISOR_TEST_GPUS=N under pytest-xdist: worker gwK sees GPU K mod N alone, so a machine of
+    N GPUs runs the GPU suite N times wider. Must run before CUDA initialises (is_available below)."""
+    gpus = int(os.environ.get("ADVISOR_TEST_GPUS") or 0)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if gpus > 1 and worker.startswith("gw") and "CUDA_VISIBLE_DEVICES" not in os.environ:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(int(worker[2:]) % gpus)
+
+
+_one_gpu_per_worker()
+import torch  # noqa: E402 - after the worker's GPU is chosen
 
 if not torch.cuda.is_available():
     # Must be set before triton is imported anywhere.
