@@ -77,3 +77,15 @@ def test_calibration_doc_is_grouped_by_device():
     advice["gpu"], advice["commit"], advice["date"] = "NVIDIA H200", "abc1234", "2026-11-25"
     doc = fit.calibration_doc({("cuda", "compile"): (2.0, 3)}, advice, fit.DEFAULT_CSV)
     assert doc["devices"] == {"cuda": {"compile": {"scale": 2.0, "n": 3}}} and doc["commit"] == "abc1234"
+
+
+def test_a_refit_multiplies_the_scale_the_sweep_ran_under():
+    # the CSV's predictions were already × 0.8: a factor of 1.5 on them is a scale of 0.8 × 1.5 = 1.2
+    shipped = {"cuda": {"compile": fit.ActionScale(0.8, 18)}}
+    composed = fit.composed_scales({("cuda", "compile"): (1.5, 5), ("cuda", "sdpa"): (1.1, 3)}, shipped)
+    assert composed == {("cuda", "compile"): (pytest.approx(1.2), 5), ("cuda", "sdpa"): (pytest.approx(1.1), 3)}
+
+
+@pytest.mark.parametrize("before, held_out, kept", [(0.63, 0.58, False), (0.63, 0.63, False), (0.55, 0.62, True)])
+def test_a_refit_is_kept_only_when_it_predicts_held_out_models_better(before, held_out, kept):
+    assert fit.keep_fit(before, held_out) is kept

@@ -9,19 +9,26 @@ rows hold that union as the advisor computed it; older sweeps without them get i
 from the `rule` rows. Per device type and action family (bundled kernels share "kernel"),
 over the actions that measured faster: scale = Σ p·m / Σ p² (least squares through the
 origin). Printed: share within ±0.15 of measured before, after (in sample) and
-leave-one-model-out. `--write` stores the scales in kernel_advisor/data/gain_calibration.yaml.
+leave-one-model-out.
+
+The CSV's predictions already carry the scales in force when the sweep ran (recommend
+applies them), so a fit on them is a correction factor: the scale written is the shipped
+one times that factor. `--write` stores them in kernel_advisor/data/gain_calibration.yaml only
+when the leave-one-model-out share beats "before" (a fit that predicts held-out models worse
+than the scales in force is not kept); `--force` writes anyway.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+from typing import Mapping
 
 import pandas as pd
 import yaml
 
 from kernel_advisor.actions import fixed_by
-from kernel_advisor.recommend.calibration import action_family
+from kernel_advisor.recommend.calibration import ActionScale, action_family, load_calibration
 from kernel_advisor.recommend.engine import subject_rows
 from kernel_advisor.recommend.report import MAX_GAIN_FRAC
 
@@ -106,6 +113,20 @@ def leave_one_model_out(rows: pd.DataFrame) -> pd.Series:
     return out
 
 
+def composed_scales(factors: dict, shipped: Mapping[str, Mapping[str, ActionScale]]) -> dict:
+    """{(device type, family): (scale, n)}: each fitted factor times the scale the sweep ran under."""
+    out = {}
+    for (device, family), (factor, n) in factors.items():
+        before = shipped.get(device, {}).get(family)
+        out[(device, family)] = (factor * (before.scale if before else 1.0), n)
+    return out
+
+
+def keep_fit(before: float, held_out: float) -> bool:
+    """A refit is kept only when it predicts models it was not fitted on better than the scales in force."""
+    return held_out > before
+
+
 def calibration_doc(scales: dict, advice: pd.DataFrame, csv: Path) -> dict:
     devices: dict = {}
     for (device, family), (scale, n) in sorted(scales.items()):
@@ -119,18 +140,24 @@ def calibration_doc(scales: dict, advice: pd.DataFrame, csv: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
-    ap.add_argument("--write", action="store_true", help=f"write {OUT.relative_to(ROOT)}")
+    ap.add_argument("--write", action="store_true",
+                    help=f"write {OUT.relative_to(ROOT)} when the fit predicts held-out models better")
+    ap.add_argument("--force", action="store_true", help="with --write: write even when it does not")
     args = ap.parse_args(argv)
     advice = pd.read_csv(args.csv, dtype={"subject": str, "action": str}).fillna({"subject": "", "action": ""})
     rows = action_rows(advice)
-    scales = fit_scales(rows)
+    factors = fit_scales(rows)
+    before, held_out = share_within(rows, rows["predicted"]), share_within(rows, leave_one_model_out(rows))
     print(f"{len(rows)} measured actions, {int((rows['verdict'] == 'faster').sum())} faster")
-    print(f"within ±{TOLERANCE}: before {share_within(rows, rows['predicted']):.0%}, "
-          f"after {share_within(rows, predicted_after(rows, scales)):.0%} (in sample), "
-          f"{share_within(rows, leave_one_model_out(rows)):.0%} (leave one model out)")
+    print(f"within ±{TOLERANCE}: before {before:.0%} (the scales in force), "
+          f"after {share_within(rows, predicted_after(rows, factors)):.0%} (in sample), "
+          f"{held_out:.0%} (leave one model out)")
+    scales = composed_scales(factors, load_calibration(OUT))
     for (device, family), (scale, n) in sorted(scales.items()):
-        print(f"  {device:5} {family:28} × {scale:.2f}  (n={n})")
-    if args.write:
+        print(f"  {device:5} {family:36} × {factors[(device, family)][0]:.2f} → scale {scale:.2f}  (n={n})")
+    if args.write and not (keep_fit(before, held_out) or args.force):
+        print(f"not written: leave-one-model-out {held_out:.0%} does not beat {before:.0%} (--force writes anyway)")
+    elif args.write:
         OUT.write_text(yaml.safe_dump(calibration_doc(scales, advice, args.csv.resolve()), sort_keys=False))
         print(f"wrote {OUT.relative_to(ROOT)}")
     return 0
