@@ -188,7 +188,8 @@ def hotspot(engine: Engine, op: Subject, recs: Sequence[Recommendation],
         tier, rule, why = chosen.tier, chosen.rule_id, f"{chosen.title}: saves {_ms(_row_gain(chosen, row_id))}"
         passed = _passed_over(engine, op, mine, tiers, best, suppressed)
     elif leave is not None:
-        tier, rule, why, passed = "leave-it", leave.rule_id, leave.title, ()
+        # The message, not the title: a leave-it must state its evidence ("at 85 % of the roofline").
+        tier, rule, why, passed = "leave-it", leave.rule_id, leave.message, ()
     elif (at := _at_target(engine, op)) is not None:
         tier, rule, why, passed = "leave-it", None, at, _passed_over(engine, op, mine, LADDER, None, suppressed)
     else:
