@@ -36,6 +36,18 @@ def host_us(fn, calls: int = 200) -> float:
     return (t1 - t0) / calls * 1e6
 
 
+class _Clone(torch.autograd.Function):
+    """The floor of any Python autograd.Function: one aten op forward, none backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy
+
+
 def cases() -> dict:
     x = torch.randn(2048, 4096, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
@@ -50,6 +62,8 @@ def cases() -> dict:
         "gelu fwd, bundled": lambda: gelu(x),
         "rms_norm fwd+bwd, eager": lambda: torch.autograd.grad(F.rms_norm(xg, (4096,), wg, 1e-6), (xg, wg), dy),
         "rms_norm fwd+bwd, bundled": lambda: torch.autograd.grad(rms_norm(xg, (4096,), wg, 1e-6), (xg, wg), dy),
+        "clone fwd+bwd, aten": lambda: torch.autograd.grad(xg.clone(), (xg,), dy),
+        "clone fwd+bwd, Python Function": lambda: torch.autograd.grad(_Clone.apply(xg), (xg,), dy),
         "gelu fwd+bwd, eager": lambda: torch.autograd.grad(F.gelu(xg), (xg,), dy),
         "gelu fwd+bwd, bundled": lambda: torch.autograd.grad(gelu(xg), (xg,), dy),
     }
@@ -67,7 +81,7 @@ def main() -> None:
                 calls[name]()
             prof.disable()
             out = io.StringIO()
-            pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(30)
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(25)
             print(f"===== {name}\n{out.getvalue()}")
 
 
