@@ -2,8 +2,10 @@
 
 Answers where a short call's host time goes (issue 'Bundled kernels that never lose', item 1):
 the public function, its KernelOp, the torch.library operator, the bare launcher, and eager,
-forward and forward + backward, at 2048 x 4096 bf16 on the current GPU. Host microseconds per
-call: wall time of 200 back-to-back calls, no synchronisation inside. `--cprofile` adds
+forward and forward + backward, at 2048 x 4096 bf16 on the current GPU; forward + backward also
+with the autograd engine on the calling thread (`set_multithreading_enabled(False)`), beside a
+one-op Python autograd.Function (`clone`), the floor of any Python backward. Host microseconds
+per call: wall time of 200 back-to-back calls, no synchronisation inside. `--cprofile` adds
 cProfile listings of the forward + backward calls.
 
     python3 benchmarks/studies/launch_cost.py [--cprofile]
@@ -73,6 +75,12 @@ def main() -> None:
     calls = cases()
     for name, fn in calls.items():
         print(f"{name:34s} {host_us(fn):8.1f} us/call", flush=True)
+    # On CUDA the autograd engine runs a backward on its device worker thread: a Python backward
+    # then runs there, after a GIL handoff. The same calls with the engine on the calling thread:
+    with torch.autograd.set_multithreading_enabled(False):
+        for name, fn in calls.items():
+            if "fwd+bwd" in name:
+                print(f"{name + ', calling thread':34s} {host_us(fn):8.1f} us/call", flush=True)
     if "--cprofile" in sys.argv:
         for name in ("rms_norm fwd+bwd, bundled", "gelu fwd+bwd, bundled"):
             prof = cProfile.Profile()
