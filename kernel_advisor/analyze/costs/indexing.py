@@ -162,3 +162,31 @@ def embedding_bag(call: OpCall) -> OpCost:
     moved = idx.bytes + gathered.bytes + out.bytes + sum(
         t.bytes for t in (offsets, per_sample) if t is not None)
     return cost(flops, moved, weight.dtype)
+
+
+@register("_embedding_bag_backward", "_embedding_bag_dense_backward")
+def embedding_bag_backward(call: OpCall) -> OpCost:
+    # _embedding_bag_backward(grad [bags, D], indices, offsets, offset2bag, bag_size,
+    #     maximum_indices, num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights,
+    #     padding_idx); _embedding_bag_dense_backward takes the same without offsets and sparse.
+    # Dense: a [num_weights, D] gradient written once, each index adding its bag's gradient row
+    # (times its per-sample weight); sparse: one gradient row written per index.
+    # NB: the grad row of a bag is read once, however many indices share it (from cache).
+    dense = call.name.endswith("_dense_backward")
+    grad, idx = call.tensor(0), call.tensor(1)
+    if len(grad.shape) != 2:
+        raise Unmodelled(f"{call.name}: grad must be 2-D, got {grad.shape}")
+    tail = 5 if dense else 6  # num_weights
+    num_weights, mode = call.int_at(tail), call.int_at(tail + 2)
+    sparse = False if dense else call.bool_at(tail + 3)
+    per_sample = call.optional_tensor(tail + 3 if dense else tail + 4)
+    if mode not in (EMBEDDING_BAG_SUM, EMBEDDING_BAG_MEAN, EMBEDDING_BAG_MAX):
+        raise Unmodelled(f"{call.name}: unknown mode {mode}")
+    width = grad.shape[1]
+    rows = idx.numel if sparse else num_weights
+    out = written((rows, width), grad.dtype)
+    # max: each bag's gradient goes to its arg-max rows alone, one add per output element
+    flops = (grad.numel if mode == EMBEDDING_BAG_MAX else
+             embedding_bag_flops(idx.numel, grad.shape[0], width, mode, per_sample is not None))
+    bookkeeping = call.tensors(range(2, tail))  # offsets, offset2bag, bag_size, max indices
+    return io_cost(flops, [grad, idx, *bookkeeping, per_sample], [out], grad.dtype)

@@ -143,3 +143,100 @@ def mkldnn_rnn_layer(call: OpCall) -> OpCost:
     return io_cost(recurrence_flops(r), [x, w_ih, w_hh, *biases, *states],
                    [out, *(written(s.shape, s.dtype) for s in states)], x.dtype,
                    tensor_cores=True)
+
+
+# cuDNN's cudnnRNNMode_t, the `mode` argument of aten::_cudnn_rnn and _cudnn_rnn_backward.
+_CUDNN_MODES = _MKLDNN_MODES
+
+
+@dataclass(frozen=True)
+class CudnnRnnArgs:
+    """Argument positions of aten::_cudnn_rnn (forward) and _cudnn_rnn_backward."""
+    weight_buf: int
+    hx: int
+    cx: int
+    mode: int
+
+    @property
+    def proj_size(self) -> int:
+        return self.mode + 2
+
+    @property
+    def num_layers(self) -> int:
+        return self.mode + 3
+
+    @property
+    def bidirectional(self) -> int:
+        return self.mode + 7
+
+    @property
+    def batch_sizes(self) -> int:
+        return self.mode + 8
+
+
+# _cudnn_rnn(input, weight[], weight_stride0, weight_buf?, hx, cx?, mode, hidden_size, proj_size,
+#   num_layers, batch_first, dropout, train, bidirectional, batch_sizes[], dropout_state?)
+_FORWARD = CudnnRnnArgs(weight_buf=3, hx=4, cx=5, mode=6)
+# _cudnn_rnn_backward(input, weight[], weight_stride0, weight_buf, hx, cx?, output, grad_output?,
+#   grad_hy?, grad_cy?, mode, hidden_size, proj_size, num_layers, batch_first, dropout, train,
+#   bidirectional, batch_sizes[], dropout_state?, reserve, output_mask[4])
+_BACKWARD = CudnnRnnArgs(weight_buf=3, hx=4, cx=5, mode=10)
+
+
+def _cudnn_recurrence(call: OpCall, args: CudnnRnnArgs) -> tuple[Recurrence, Tensor]:
+    """The recurrence and the input of a cuDNN RNN call.
+
+    NB: the weight list arrives flattened, each entry (numel, 1) in PyTorch's order per layer and
+    direction (w_ih, w_hh, [b_ih, b_hh], [w_hr]); only the numels matter to the GEMM count.
+    """
+    x = call.tensor(0)
+    kind = _CUDNN_MODES.get(call.int_at(args.mode))
+    if kind is None:
+        raise Unmodelled(f"{call.name}: unknown mode {call.int_at(args.mode)}")
+    hidden, proj = call.int_at(args.mode + 1), call.int_at(args.proj_size)
+    groups = call.int_at(args.num_layers) * (2 if call.bool_at(args.bidirectional) else 1)
+    params = call.list_shapes(1)
+    if groups <= 0 or not params or len(params) % groups:
+        raise Unmodelled(f"{call.name}: {len(params)} weights for {groups} layer-directions")
+    per_group = len(params) // groups
+    has_proj = int(proj > 0)
+    has_biases = per_group - 2 - has_proj == 2
+    if per_group - 2 - has_proj not in (0, 2) or len(x.shape) not in (2, 3):
+        raise Unmodelled(f"{call.name}: {per_group} weights per layer-direction, input {x.shape}")
+    matrices = [0, 1] + ([per_group - 1] if has_proj else [])
+    weights = tuple(Tensor((math.prod(params[g * per_group + i]),), x.dtype)
+                    for g in range(groups) for i in matrices)
+    rows = x.shape[0] if len(x.shape) == 2 else x.numel // max(x.shape[-1], 1)
+    return Recurrence(kind, rows, hidden, groups, weights, has_biases), x
+
+
+@register("_cudnn_rnn")
+def cudnn_rnn(call: OpCall) -> OpCost:
+    r, x = _cudnn_recurrence(call, _FORWARD)
+    states = call.tensors((_FORWARD.hx, _FORWARD.cx))
+    out_width = (2 if call.bool_at(_FORWARD.bidirectional) else 1) * states[0].shape[-1]
+    out = written(x.shape[:-1] + (out_width,), x.dtype)
+    buf = call.optional_tensor(_FORWARD.weight_buf)
+    weights = [buf] if buf is not None else list(r.weights)
+    return io_cost(recurrence_flops(r), [x, *states, *weights],
+                   [out, *(written(s.shape, s.dtype) for s in states)], x.dtype, tensor_cores=True)
+
+
+@register("_cudnn_rnn_backward")
+def cudnn_rnn_backward(call: OpCall) -> OpCost:
+    """cuDNN's backward data pass, then (output_mask[3]) its backward weights pass.
+
+    FLOPs: the data pass multiplies the gate gradients by every weight once (dx and the
+    recurrent dh), 2*N*numel(w) each; the weights pass the gate gradients by the layer inputs
+    and states, as much again. NB: the gate math backward counts twice the forward's.
+    Bytes: input, weights, states, output, the output and state gradients and the reserve space
+    (the forward's saved gate activations) read once; the gradients asked for written once.
+    """
+    r, x = _cudnn_recurrence(call, _BACKWARD)
+    need_dx, need_dhx, need_dcx, need_dw = call.bools_at(21)
+    flops = gemm_flops(r) * (1 + int(need_dw)) + 2 * gate_flops(r)
+    hx, cx, buf = call.tensor(4), call.optional_tensor(5), call.tensor(3)
+    reads = [x, buf, hx, cx, *call.tensors((6, 7, 8, 9)), call.tensor(20)]
+    writes = [x if need_dx else None, hx if need_dhx else None,
+              cx if need_dcx else None, buf if need_dw else None]
+    return io_cost(flops, reads, writes, x.dtype, tensor_cores=True)

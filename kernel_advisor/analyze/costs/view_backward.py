@@ -1,0 +1,38 @@
+"""Backward of views and pads: the gradient placed into a tensor of the input's size.
+
+slice_backward(grad_output, input_sizes, dim, start, end, step) and select_backward(grad_output,
+input_sizes, dim, index) allocate zeros of input_sizes and copy the gradient into the slice:
+the full input-sized gradient is written once and grad_output read once, 0 FLOPs.
+reflection_pad{1,2,3}d_backward and replication_pad{1,2,3}d_backward(grad_output, self,
+padding) read the padded gradient once and write the input-sized one once; each border
+element of grad_output is added onto the element it was copied from: one add per element of
+grad_output outside the input (numel(grad_output) - numel(input), cropping pads excepted).
+NB: the zero-fill of slice/select_backward is not counted apart from the write.
+"""
+from __future__ import annotations
+
+import math
+
+from kernel_advisor.analyze.costs.call import OpCall
+from kernel_advisor.analyze.costs.common import io_cost, written
+from kernel_advisor.analyze.costs.errors import Unmodelled
+from kernel_advisor.analyze.costs.registry import OpCost, register
+
+
+@register("slice_backward", "select_backward")
+def view_backward(call: OpCall) -> OpCost:
+    grad = call.tensor(0)
+    sizes = call.ints_at(1)
+    if math.prod(sizes) < grad.numel:
+        raise Unmodelled(f"{call.name}: input sizes {sizes} smaller than the gradient {grad.shape}")
+    return io_cost(0, [grad], [written(tuple(sizes), grad.dtype)], grad.dtype)
+
+
+@register("reflection_pad1d_backward", "reflection_pad2d_backward", "reflection_pad3d_backward",
+          "replication_pad1d_backward", "replication_pad2d_backward", "replication_pad3d_backward")
+def pad_backward(call: OpCall) -> OpCost:
+    grad, x = call.tensor(0), call.tensor(1)
+    if len(grad.shape) != len(x.shape):
+        raise Unmodelled(f"{call.name}: gradient {grad.shape} and input {x.shape} differ in rank")
+    border_adds = max(grad.numel - x.numel, 0)
+    return io_cost(border_adds, [grad], [written(x.shape, grad.dtype)], grad.dtype)
