@@ -2,7 +2,8 @@
 # The GPU pass behind docs/benchmarks.md: GPU tests, calibration, every benchmark.
 # Run on the GPU machine from the repo root: benchmarks/gpu_pass.sh OUTDIR STEP...
 # Steps: gpu_tests calibrate profile ncu recommend kernels cuda_kernels tune try_kernel
-#        measure_tests advice kernels_csv kernels_csv_quick   (one-off studies: benchmarks/studies/README.md)
+#        measure_tests advice coverage capture_runs kernels_csv kernels_csv_quick
+#        (one-off studies: benchmarks/studies/README.md)
 # advice: ADVICE_MODELS=a,b (default all) ADVICE_BUDGET_S=45; ADVISOR_COMMIT names the commit measured.
 # kernels_csv: KERNELS_CSV_OPS="norms" (or rowwise, pointwise, op names; default all: > 10 min, so
 #   split it over calls), KERNELS_CSV_BUDGET_S=480; rows go to OUTDIR/kernels.csv, then here:
@@ -65,6 +66,8 @@ for step in "${@:2}"; do
                            tests/test_try_kernel_gpu.py tests/test_gpu_profile.py ;;
         advice) run advice python3 benchmarks/advice/run_advice.py --budget-s "${ADVICE_BUDGET_S:-45}" \
                     --out "$out/advice.csv" ${ADVICE_MODELS:+--models "$ADVICE_MODELS"} ;;
+        coverage) run coverage python3 benchmarks/advice/coverage.py --out "$out/coverage.csv" ;;
+        capture_runs) run capture_runs python3 benchmarks/capture_runs.py "$out/gpu_runs.tar.gz" ;;
         kernels_csv) kernels_csv "" ;;
         kernels_csv_quick) kernels_csv _quick ;;
         *) echo "unknown step $step" ;;
