@@ -164,6 +164,7 @@ def attribute(trace: TraceData, device_type: str,
     cpu = cpu[cpu["step"] >= 0].reset_index(drop=True)
     recognised = _per_unique(cpu["name"], is_recognised).to_numpy(bool) & ~_priced_by_children(cpu)
     parent, owner = nest_ops(cpu, recognised)
+    cpu = _index_sizes_from_views(cpu, parent)
     cpu = cpu.assign(owner=owner, region=innermost_region(cpu, trace.annotations, _is_step_name),
                      **autograd_columns(cpu, parent, owner))
     if device_type == "cpu":
@@ -192,6 +193,35 @@ def _priced_by_children(cpu: pd.DataFrame) -> np.ndarray:
         split[candidates] = [not _recorded(_json_list(c), PRICED_BY_CHILDREN[n])
                              for n, c in zip(rows["name"], rows["concrete"])]
     return split
+
+
+INDEX_OPS = ("aten::index", "aten::_unsafe_index")
+
+
+def _index_sizes_from_views(cpu: pd.DataFrame, parent: np.ndarray) -> pd.DataFrame:
+    """aten::index calls with their output's size in the concrete slot of their indices.
+
+    torch.profiler records nothing for a Tensor?[] argument, so `x[:, idx]` arrives without its
+    index shapes. ATen's first step views `self` in the output's shape (restride_src: an
+    aten::as_strided child of `self`'s shape), and that child's recorded size is the output's;
+    it fills the empty slot, where the cost model (analyze/costs/indexing.py) reads it.
+    """
+    names = cpu["name"].to_numpy(dtype=object)
+    is_index = np.isin(names, INDEX_OPS)
+    if not is_index.any():
+        return cpu
+    dims, concrete = cpu["input_dims"].to_numpy(dtype=object), cpu["concrete"].to_numpy(dtype=object).copy()
+    views = np.flatnonzero((parent >= 0) & (names == "aten::as_strided"))
+    views = views[is_index[parent[views]]]
+    for view in views[np.argsort(cpu["ts_us"].to_numpy(float)[views], kind="stable")]:
+        call = parent[view]
+        values, view_values = _json_list(concrete[call]), _json_list(concrete[view])
+        own_dims, view_dims = _json_list(dims[call]), _json_list(dims[view])
+        if (len(values) > 1 and values[1] in ("", None) and len(view_values) > 1 and view_values[1]
+                and own_dims[:1] == view_dims[:1]):
+            values[1] = view_values[1]
+            concrete[call] = json.dumps(values)
+    return cpu.assign(concrete=concrete)
 
 
 def _recorded(concrete: list, pos: int) -> bool:

@@ -111,9 +111,14 @@ def index_put(call: OpCall) -> OpCost:
 
 @register("index", "_unsafe_index")
 def index(call: OpCall) -> OpCost:
-    # index(self, indices): modelled only for integer index tensors on the leading dims with
-    # recorded dtypes; torch.profiler records Tensor?[] as nothing, so real traces give None.
+    # index(self, indices): one element of self read per output element, the output written.
+    # torch.profiler records the Tensor?[] indices as nothing; attribution then puts the
+    # output's size in their concrete slot (collect.attribute._index_sizes_from_views).
+    # NB: there the index tensors themselves are not counted.
     x = call.tensor(0)
+    if not call.is_list_arg(1):
+        out = written(call.ints_at(1), x.dtype)
+        return cost(0, 2 * out.bytes, x.dtype)
     indices = call.tensor_list(1)
     if not indices or any(dt.category(t.dtype) != 1 for t in indices) or len(indices) > len(x.shape):
         raise Unmodelled(f"{call.name}: only integer index tensors are modelled")
