@@ -29,6 +29,12 @@ _FORWARD = (
 for _names, _flops, _result in _FORWARD:
     register_pointwise(_names, Pointwise((0,), flops=_flops, result=_result))
 register_pointwise("softplus", Pointwise((0,), flops=3.0, result=FLOAT), inplace_variants=False)
+# log_sigmoid = -softplus(-x): 3 as softplus (exp, add, log) plus the negations' 1.
+# NB: log_sigmoid_forward's second output (a buffer, empty on CUDA) is not counted.
+# rrelu: a leaky relu whose slope is drawn per element in training. NB: the random draw is not counted.
+register_pointwise("rrelu", Pointwise((0,), flops=2.0, result=FLOAT))
+register_pointwise("log_sigmoid log_sigmoid_forward", Pointwise((0,), flops=4.0, result=FLOAT),
+                   inplace_variants=False)
 
 # Backward ops: (grad_output, input-or-output, ...scalars). No in-place variants exist.
 _BACKWARD = {

@@ -6,7 +6,10 @@ logits-sized round trip) - exactly the gap fused kernels (Liger, Apex xentropy) 
 FLOPs per element: cross entropy = log_softmax's 5 (+1 with label smoothing); mse 3
 (subtract, square, accumulate), l1 3, smooth_l1/huber 5, bce 7, bce_with_logits 8, kl_div 4;
 backward ops about one less; triplet_margin_loss 4 per element per distance (subtract, add
-eps, |x|^p, accumulate), two distances or three with swap. NB: per-row work (pick the target, divide by n) is not counted.
+eps, |x|^p, accumulate), two distances or three with swap; hinge_embedding 3, margin_ranking 4,
+poisson_nll 3 per element; cosine_embedding 6 per element pair (a cosine similarity per row);
+multi_margin 4 per logit (subtract, add margin, clamp, accumulate). NB: per-row work (pick the
+target, divide by n) is not counted.
 """
 from __future__ import annotations
 
@@ -136,3 +139,37 @@ def triplet_margin_loss(call: OpCall) -> OpCost:
     out = _loss_out(shape[:-1], call.int_at(7, 1), a.dtype)
     flops = triplet_margin_flops(numel(shape), call.bool_at(6, False))
     return io_cost(flops, [a, pos, neg], [out], a.dtype)
+
+
+_PAIRED_LOSSES = {  # name: (flops per element, tensor arguments, position of reduction)
+    "hinge_embedding_loss": (3, (0, 1), 3),  # (self, target, margin, reduction)
+    "margin_ranking_loss": (4, (0, 1, 2), 4),  # (input1, input2, target, margin, reduction)
+    "poisson_nll_loss": (3, (0, 1), 5),  # (input, target, log_input, full, eps, reduction)
+}
+
+
+@register(*_PAIRED_LOSSES)
+def paired_loss(call: OpCall) -> OpCost:
+    flops, positions, reduction = _PAIRED_LOSSES[call.name.removeprefix("aten::")]
+    inputs = [call.tensor(i) for i in positions]
+    shape = broadcast(*(t.shape for t in inputs))
+    out = _loss_out(shape, call.int_at(reduction, 1), inputs[0].dtype)
+    return io_cost(flops * numel(shape), inputs, [out], inputs[0].dtype)
+
+
+@register("cosine_embedding_loss")
+def cosine_embedding_loss(call: OpCall) -> OpCost:
+    # (input1 [N, D], input2, target [N], margin, reduction): a cosine similarity per row
+    x1, x2, target = call.tensor(0), call.tensor(1), call.tensor(2)
+    shape = broadcast(x1.shape, x2.shape)
+    out = _loss_out(shape[:-1], call.int_at(4, 1), x1.dtype)
+    return io_cost(6 * numel(shape), [x1, x2, target], [out], x1.dtype)
+
+
+@register("multi_margin_loss")
+def multi_margin_loss(call: OpCall) -> OpCost:
+    # (self [N, C], target [N], p, margin, weight, reduction)
+    x, target, weight = call.tensor(0), call.tensor(1), call.optional_tensor(4)
+    rows, _ = _class_rows(call, x)
+    out = _loss_out((rows,) if len(x.shape) > 1 else (), call.int_at(5, 1), x.dtype)
+    return io_cost(4 * x.numel, [x, target, weight], [out], x.dtype)

@@ -143,9 +143,11 @@ def norm(call: OpCall) -> OpCost:
     return reduction_cost(x, Reduction(dims, keepdim, requested or x.dtype, NORM_FLOPS))
 
 
-@register("linalg_vector_norm")
+@register("linalg_vector_norm", "linalg_norm")
 def vector_norm(call: OpCall) -> OpCost:
-    # linalg_vector_norm(self, ord, dim, keepdim, dtype)
+    # linalg_vector_norm(self, ord, dim, keepdim, dtype); linalg_norm takes the same arguments.
+    # NB: linalg_norm's matrix norms other than Frobenius (ord 2, nuc) run an SVD; counted as
+    # the vector norm they reduce to for the default and "fro".
     x = call.tensor(0)
     r = Reduction(_dims(call, 2), call.bool_at(3, False), call.dtype_code_at(4) or x.dtype,
                   NORM_FLOPS)
@@ -166,3 +168,13 @@ def scan(call: OpCall) -> OpCost:
     x = call.tensor(0)
     out_dtype = _sum_dtype(x, call.dtype_code_at(2))
     return io_cost(x.numel, [x], [written(x.shape, out_dtype)], x.dtype)
+
+
+@register("count_nonzero")
+def count_nonzero(call: OpCall) -> OpCost:
+    # count_nonzero(self, dim) -> int64: one compare and add per element.
+    x = call.tensor(0)
+    dims = call.ints_at(1, None) if call.arg_count() > 1 else None
+    if isinstance(dims, int):
+        dims = (dims,)
+    return reduction_cost(x, Reduction(dims, False, "int64", 1.0))

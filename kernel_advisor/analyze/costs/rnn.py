@@ -240,3 +240,21 @@ def cudnn_rnn_backward(call: OpCall) -> OpCost:
     writes = [x if need_dx else None, hx if need_dhx else None,
               cx if need_dcx else None, buf if need_dw else None]
     return io_cost(flops, reads, writes, x.dtype, tensor_cores=True)
+
+
+@register("gru_cell", "lstm_cell", "rnn_tanh_cell", "rnn_relu_cell")
+def rnn_cell(call: OpCall) -> OpCost:
+    # gru_cell(input [B, I], hx [B, H], w_ih, w_hh, b_ih, b_hh) | lstm_cell(input, hx: (h, c),
+    # w_ih, w_hh, b_ih, b_hh): one step of one layer, the recurrence's formula with N = B rows.
+    kind = call.name.removeprefix("aten::").removesuffix("_cell")
+    x = call.tensor(0)
+    states = ([Tensor(s, x.dtype) for s in call.list_shapes(1)] if kind == "lstm" else [call.tensor(1)])
+    w_ih, w_hh = call.tensor(2), call.tensor(3)
+    biases = [b for b in (call.optional_tensor(4), call.optional_tensor(5)) if b is not None]
+    hidden = w_hh.shape[-1] if len(w_hh.shape) == 2 else 0
+    if not hidden or w_ih.shape[0] != GATES[kind] * hidden or len(x.shape) not in (1, 2):
+        raise Unmodelled(f"{call.name}: weights {w_ih.shape}, {w_hh.shape} do not fit {kind}")
+    rows = x.shape[0] if len(x.shape) == 2 else 1
+    r = Recurrence(kind, rows, hidden, 1, (w_ih, w_hh), bool(biases))
+    return io_cost(recurrence_flops(r), [x, *states, w_ih, w_hh, *biases],
+                   [written(s.shape, s.dtype) for s in states], x.dtype, tensor_cores=True)

@@ -17,6 +17,7 @@ VIEW_OPS = tuple(sorted(view_op_names()))
 ALLOCATION_OPS = (
     "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_",
     "resize_as_", "set_", "result_type",
+    "broadcast_tensors",  # views of its inputs (composite: no view tag)
 )
 
 

@@ -1,0 +1,101 @@
+"""Ops a KernelBench-style model uses that are neither GEMMs nor plain elementwise: similarities,
+selection, scans, sampling, binning, cells, losses. Each recorded on CPU as the profiler records
+it and priced by hand (f32 unless said: 4 bytes an element, int64 indices 8)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from test_costs_helpers import recorded
+
+torch.manual_seed(0)
+X2, Y2 = torch.randn(32, 64), torch.randn(32, 64)  # 2048 elements each
+P2 = torch.rand(32, 64)
+X4 = torch.randn(2, 8, 16, 16)  # 4096 elements
+T = torch.randint(0, 64, (32,))
+S = torch.randn(32, 32)
+GRU, LSTM = nn.GRUCell(64, 32), nn.LSTMCell(64, 32)
+BIL = nn.Bilinear(64, 64, 8)
+POOLED, INDICES = F.max_pool2d(X4, 2, return_indices=True)  # [2, 8, 8, 8]: 1024 each
+COLS = F.unfold(X4, 3)  # [2, 72, 196]: 28224 elements
+GRID = torch.rand(2, 8, 8, 2) * 2 - 1
+
+CASES = [  # (id, aten op, call, flops, bytes)
+    ("cosine", "aten::cosine_similarity", lambda: F.cosine_similarity(X2, Y2), 6 * 2048, (2 * 2048 + 32) * 4),
+    ("pairwise", "aten::pairwise_distance", lambda: F.pairwise_distance(X2, Y2), 3 * 2048, (2 * 2048 + 32) * 4),
+    # [2,20,8] x [2,30,8], p=2: 2 * 9600 pair terms + 2 * 800 for the squared norms; out [2,20,30]
+    ("cdist-p2", "aten::cdist", lambda: torch.cdist(torch.randn(2, 20, 8), torch.randn(2, 30, 8)),
+     2 * 9600 + 2 * 800, (320 + 480 + 1200) * 4),
+    ("cdist-p1", "aten::cdist", lambda: torch.cdist(torch.randn(2, 20, 8), torch.randn(2, 30, 8), p=1),
+     3 * 9600, (320 + 480 + 1200) * 4),
+    # 2 * 32 rows * 8*64*64 weight elements + 32*8 bias adds
+    ("bilinear", "aten::bilinear", lambda: BIL(X2, Y2), 2 * 32 * 32768 + 256, (2048 * 2 + 32768 + 8 + 256) * 4),
+    ("outer", "aten::outer", lambda: torch.outer(X2[0], Y2[0]), 4096, (64 + 64 + 4096) * 4),
+    ("kron", "aten::kron", lambda: torch.kron(S[:4, :4], S[:4, :4]), 256, (16 + 16 + 256) * 4),
+    ("cross", "aten::linalg_cross", lambda: torch.linalg.cross(X2[:, :3], Y2[:, :3]), 3 * 96, 3 * 96 * 4),
+    ("topk", "aten::topk", lambda: torch.topk(X2, 5, 1), 2048, 2048 * 4 + 160 * 4 + 160 * 8),
+    ("sort", "aten::sort", lambda: torch.sort(X2, 1), 2048 * 6, 2048 * (4 + 4 + 8)),  # log2(64) = 6
+    ("kthvalue", "aten::kthvalue", lambda: torch.kthvalue(X2, 3, 1), 2048, 2048 * 4 + 32 * (4 + 8)),
+    ("median-dim", "aten::median", lambda: torch.median(X2, 1), 2048, 2048 * 4 + 32 * (4 + 8)),
+    ("median-all", "aten::median", lambda: torch.median(X2), 2048, 2048 * 4 + 4),
+    ("cummax", "aten::cummax", lambda: torch.cummax(X2, 1), 2048, 2048 * (4 + 4 + 8)),
+    ("logcumsumexp", "aten::logcumsumexp", lambda: torch.logcumsumexp(X2, 1), 3 * 2048, 2 * 2048 * 4),
+    ("log_sigmoid", "aten::log_sigmoid", lambda: F.logsigmoid(X2), 4 * 2048, 2 * 2048 * 4),
+    ("rrelu-eval", "aten::rrelu", lambda: F.rrelu(X2, training=False), 2 * 2048, 2 * 2048 * 4),
+    ("tile", "aten::tile", lambda: torch.tile(X2, (2, 1)), 0, (2048 + 4096) * 4),
+    ("pixel_shuffle", "aten::pixel_shuffle", lambda: F.pixel_shuffle(X4, 2), 0, 2 * 4096 * 4),
+    ("im2col", "aten::im2col", lambda: F.unfold(X4, 3), 0, (4096 + 28224) * 4),
+    ("col2im", "aten::col2im", lambda: F.fold(COLS, 16, 3), 28224, (28224 + 4096) * 4),
+    # GRU: 2 * 32 * (96*64 + 96*32) + (10 + 6) * 32 * 32; LSTM: 2 * 32 * (128*64 + 128*32) + (13 + 8) * 32 * 32
+    ("gru_cell", "aten::gru_cell", lambda: GRU(X2), 589_824 + 16_384,
+     (2048 + 1024 + 6144 + 3072 + 96 + 96 + 1024) * 4),
+    ("lstm_cell", "aten::lstm_cell", lambda: LSTM(X2), 786_432 + 21_504,
+     (2048 + 2 * 1024 + 8192 + 4096 + 128 + 128 + 2 * 1024) * 4),
+    ("hinge", "aten::hinge_embedding_loss", lambda: F.hinge_embedding_loss(X2, Y2.sign()), 3 * 2048,
+     (2 * 2048 + 1) * 4),
+    ("margin_ranking", "aten::margin_ranking_loss", lambda: F.margin_ranking_loss(X2[:, 0], Y2[:, 0], T.float().sign()),
+     4 * 32, (3 * 32 + 1) * 4),
+    ("cosine_embedding", "aten::cosine_embedding_loss",
+     lambda: F.cosine_embedding_loss(X2, Y2, torch.ones(32)), 6 * 2048, (2 * 2048 + 32 + 1) * 4),
+    ("poisson_nll", "aten::poisson_nll_loss", lambda: F.poisson_nll_loss(X2, P2), 3 * 2048, (2 * 2048 + 1) * 4),
+    ("multi_margin", "aten::multi_margin_loss", lambda: F.multi_margin_loss(X2, T), 4 * 2048, 2048 * 4 + 32 * 8 + 4),
+    ("count_nonzero", "aten::count_nonzero", lambda: torch.count_nonzero(X2, 1), 2048, 2048 * 4 + 32 * 8),
+    ("linalg_norm", "aten::linalg_norm", lambda: torch.linalg.norm(X2), 2 * 2048, 2048 * 4 + 4),
+    # 2 x 8 channels x 8 x 8 output points, 4 bilinear taps of 2 flops
+    ("grid_sample", "aten::grid_sampler", lambda: F.grid_sample(X4, GRID, align_corners=False), 8 * 1024,
+     (4096 + 256 + 1024) * 4),
+    ("one_hot", "aten::one_hot", lambda: F.one_hot(T, 64), 0, 32 * 8 + 32 * 64 * 8),
+    ("repeat_interleave", "aten::repeat_interleave", lambda: torch.repeat_interleave(X2, 2, 0), 0, (2048 + 4096) * 4),
+    # boundaries of 5: ceil(log2(6)) = 3 compares an element
+    ("bucketize", "aten::bucketize", lambda: torch.bucketize(X2, torch.linspace(-1, 1, 5)), 3 * 2048,
+     2048 * 4 + 5 * 4 + 2048 * 8),
+    ("histc", "aten::histc", lambda: torch.histc(X2), 2048, 2048 * 4 + 100 * 4),
+    ("max_unpool", "aten::max_unpool2d", lambda: F.max_unpool2d(POOLED, INDICES, 2), 0, 1024 * 4 + 1024 * 8 + 4096 * 4),
+    ("diag", "aten::diag", lambda: torch.diag(S), 0, 2 * 32 * 4),
+    ("diag_embed", "aten::diag_embed", lambda: torch.diag_embed(X2[0, :8]), 0, (8 + 64) * 4),
+    ("trace", "aten::trace", lambda: torch.trace(S), 32, (32 + 1) * 4),
+    ("linspace", "aten::linspace", lambda: torch.linspace(-1, 1, 5), 0, 5 * 4),
+]
+
+
+@pytest.mark.parametrize("name, fn, flops, nbytes", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_recorded_call_hand_worked(name, fn, flops, nbytes):
+    cost = recorded(name, fn).cost()
+    assert cost is not None, f"{name} is not modelled"
+    assert cost.flops == pytest.approx(flops) and cost.bytes == nbytes
+
+
+@pytest.mark.parametrize("dtype, size", [(torch.bfloat16, 2), (torch.float16, 2), (torch.float64, 8)])
+def test_similarity_and_sort_follow_the_dtype(dtype, size):
+    x, y = X2.to(dtype), Y2.to(dtype)
+    assert recorded("aten::cosine_similarity", lambda: F.cosine_similarity(x, y)).cost().bytes == (2 * 2048 + 32) * size
+    assert recorded("aten::sort", lambda: torch.sort(x, 1)).cost().bytes == 2048 * (2 * size + 8)
+
+
+def test_data_dependent_sizes_stay_unknown():
+    # nonzero's and a per-element repeat_interleave's output sizes are the data's: not modelled
+    assert recorded("aten::nonzero", lambda: torch.nonzero(X2 > 0)).cost() is None
+    reps = torch.tensor([1, 2] * 16)
+    assert recorded("aten::repeat_interleave", lambda: torch.repeat_interleave(X2, reps, 0)).cost() is None
