@@ -99,3 +99,44 @@ def test_data_dependent_sizes_stay_unknown():
     assert recorded("aten::nonzero", lambda: torch.nonzero(X2 > 0)).cost() is None
     reps = torch.tensor([1, 2] * 16)
     assert recorded("aten::repeat_interleave", lambda: torch.repeat_interleave(X2, reps, 0)).cost() is None
+
+
+def _in_backward(name, fn, *leaves):
+    """The first `name` call recorded while fn's output is differentiated."""
+    from test_costs_helpers import record
+    events = [e for e in record(lambda: fn().float().sum().backward()) if e.name == name]
+    assert events, f"{name} was not recorded"
+    for leaf in leaves:
+        leaf.grad = None
+    return events[0].cost()
+
+
+XG, YG = X2.clone().requires_grad_(True), Y2.clone().requires_grad_(True)
+WG = torch.randn(8, 64, 64, requires_grad=True)
+X4G = X4.clone().requires_grad_(True)
+PRELU = nn.PReLU(8)
+
+BACKWARD = [  # (id, aten op, forward, flops, bytes)
+    # bilinear's forward and each of its three gradients are _trilinear calls of 2*32*8*64*64 flops;
+    # the forward reads x1 2048, W 32768, x2 2048 and writes [32, 8]
+    ("trilinear", "aten::_trilinear", lambda: F.bilinear(XG, YG, WG), 2 * 32 * 8 * 64 * 64, (2048 + 32768 + 2048 + 256) * 4),
+    ("gather_backward", "aten::gather_backward", lambda: torch.gather(XG, 1, T[:, None].repeat(1, 4)),
+     128, (128 + 128 * 2 + 2048) * 4),  # grad [32, 4] f32, index int64, the [32, 64] gradient
+    ("topk_backward", "aten::value_selecting_reduction_backward", lambda: torch.topk(XG, 5, 1)[0],
+     160, 160 * 4 + 160 * 8 + 2048 * 4),
+    ("log_sigmoid_backward", "aten::log_sigmoid_backward", lambda: F.logsigmoid(XG), 4 * 2048, 3 * 2048 * 4),
+    ("cumprod_backward", "aten::cumprod_backward", lambda: torch.cumprod(XG, 1), 4 * 2048, 4 * 2048 * 4),
+    # 2 x 8 x 8 x 8 output points, 4 taps of 2 flops, twice; reads grad 1024, input 4096, grid 256,
+    # writes the input's gradient (the grid needs none here)
+    ("grid_sampler_backward", "aten::grid_sampler_2d_backward",
+     lambda: F.grid_sample(X4G, GRID, align_corners=False), 2 * 8 * 1024, (1024 + 4096 + 256 + 4096) * 4),
+    # grad, self and the [8] weight read (broadcast), grad_input written; NB: grad_weight not counted
+    ("prelu_backward", "aten::_prelu_kernel_backward", lambda: PRELU(X4G), 3 * 4096, (2 * 4096 + 8 + 4096) * 4),
+]
+
+
+@pytest.mark.parametrize("name, fn, flops, nbytes", [c[1:] for c in BACKWARD], ids=[c[0] for c in BACKWARD])
+def test_recorded_backward_hand_worked(name, fn, flops, nbytes):
+    cost = _in_backward(name, fn, XG, YG, WG, X4G)
+    assert cost is not None, f"{name} is not modelled"
+    assert cost.flops == pytest.approx(flops) and cost.bytes == nbytes

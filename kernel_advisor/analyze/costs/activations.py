@@ -48,6 +48,11 @@ _BACKWARD = {
 }
 for _names, _flops in _BACKWARD.items():
     register_pointwise(_names, Pointwise((0, 1), flops=_flops), inplace_variants=False)
+# log_sigmoid_backward(grad_output, self, buffer); _prelu_kernel_backward(grad_output, self,
+# weight) -> (grad_input, grad_weight). NB: only grad_input's write is counted; grad_weight is
+# self-shaped until autograd reduces it to the weight's shape (a separate sum).
+register_pointwise("log_sigmoid_backward", Pointwise((0, 1), flops=4.0), inplace_variants=False)
+register_pointwise("_prelu_kernel_backward", Pointwise((0, 1, 2), flops=3.0), inplace_variants=False)
 # elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result)
 register_pointwise("elu_backward", Pointwise((0, 5), flops=3.0), inplace_variants=False)
 

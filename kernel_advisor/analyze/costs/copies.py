@@ -375,3 +375,10 @@ def read_one(call: OpCall) -> OpCost:
     # One element read back to the host (a device sync on CUDA).
     x = call.tensor(0)
     return io_cost(0, [Tensor((), x.dtype)], [], x.dtype)
+
+
+@register("scalar_tensor")
+def scalar_tensor(call: OpCall) -> OpCost:
+    # scalar_tensor(s, dtype, ...): one element written.
+    dtype = call.dtype_code_at(1) or "float32"
+    return io_cost(0, [], [written((), dtype)], dtype)

@@ -5,7 +5,9 @@ FLOPs per element pair along the reduced dim: cosine_similarity 6 (the dot produ
 squared norms, a multiply and an add each); pairwise_distance 3 (subtract, |d|^p, add); cdist
 with p = 2 is a GEMM, 2*P*R*M, plus the two squared norms (2 per input element), other p
 3*P*R*M. bilinear: 2*N*O*I1*I2 (x1^T W_o x2 per output) plus the bias. outer and kron: one
-multiply per output element; linalg_cross 3 per output element (two multiplies, a subtract). Per-output work (sqrt, divide, eps clamps) is left out.
+multiply per output element; linalg_cross 3 per output element (two multiplies, a subtract).
+_trilinear (bilinear's building block, forward and backward): 2 flops per element of the
+broadcast product of its three expanded operands, summed over `sumdim` into the output. Per-output work (sqrt, divide, eps clamps) is left out.
 Bytes: inputs read once, the output written once.
 """
 from __future__ import annotations
@@ -94,3 +96,22 @@ def cross(call: OpCall) -> OpCost:
     a, b = call.tensor(0), call.tensor(1)
     out = written(broadcast(a.shape, b.shape), a.dtype)
     return io_cost(3 * out.numel, [a, b], [out], a.dtype)
+
+
+@register("_trilinear")
+def trilinear(call: OpCall) -> OpCost:
+    # _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim): each operand gets
+    # size-1 dims at its expand positions; their broadcast product is summed over sumdim.
+    operands = [call.tensor(i) for i in range(3)]
+    full_rank = len(operands[0].shape) + len(call.ints_at(3))
+    shapes = []
+    for t, expand in zip(operands, (call.ints_at(3), call.ints_at(4), call.ints_at(5))):
+        shape = list(t.shape)
+        for d in sorted(expand):
+            shape.insert(d, 1)
+        if len(shape) != full_rank:
+            raise Unmodelled(f"{call.name}: operand {t.shape} expands to rank {len(shape)}, not {full_rank}")
+        shapes.append(shape)
+    full = broadcast(*shapes)
+    out = written(reduced(full, tuple(call.ints_at(6)), False) if call.ints_at(6) else full, operands[0].dtype)
+    return io_cost(2 * math.prod(full), operands, [out], operands[0].dtype, tensor_cores=True)  # bmm inside

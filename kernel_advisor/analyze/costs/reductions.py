@@ -178,3 +178,11 @@ def count_nonzero(call: OpCall) -> OpCost:
     if isinstance(dims, int):
         dims = (dims,)
     return reduction_cost(x, Reduction(dims, False, "int64", 1.0))
+
+
+@register("cumprod_backward")
+def cumprod_backward(call: OpCall) -> OpCost:
+    # cumprod_backward(grad, input, dim, output): a reversed scan of grad * output, divided by
+    # input (4 flops an element); grad, input and output read, the input-shaped gradient written.
+    grad, x, out = call.tensor(0), call.tensor(1), call.tensor(3)
+    return io_cost(4 * x.numel, [grad, x, out], [written(x.shape, x.dtype)], x.dtype)

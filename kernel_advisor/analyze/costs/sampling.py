@@ -2,7 +2,8 @@
 
 grid_sampler: per output point and channel, bilinear reads 4 taps (trilinear 8) and blends
 them, 2 flops a tap; nearest 0; bicubic 16 taps. Bytes: the input read once (taps come from
-cache), the grid read once, the output written once. max_unpool: the output zero-filled and one
+cache), the grid read once, the output written once. Backward: twice the forward's taps (the
+input's and the grid's gradients), grad_output, input and grid read, both gradients written. max_unpool: the output zero-filled and one
 element scattered per input element. bucketize and searchsorted: log2(boundaries) compares
 per element, an int64 (or int32) index written per element. histc: one add per element.
 """
@@ -72,3 +73,16 @@ def histc(call: OpCall) -> OpCost:
     # histc(self, bins, min, max)
     x = call.tensor(0)
     return io_cost(x.numel, [x], [written((call.int_at(1, 100),), x.dtype)], x.dtype)
+
+
+@register("grid_sampler_2d_backward", "grid_sampler_3d_backward")
+def grid_sampler_backward(call: OpCall) -> OpCost:
+    # (grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask)
+    grad, x, grid = call.tensor(0), call.tensor(1), call.tensor(2)
+    spatial = len(grid.shape) - 2
+    taps = (TAPS_2D if spatial == 2 else TAPS_3D).get(call.int_at(3, 0))
+    if taps is None or len(x.shape) != spatial + 2:
+        raise Unmodelled(f"{call.name}: input {x.shape}, grid {grid.shape}, mode {call.int_at(3, 0)}")
+    need_input, need_grid = call.bools_at(6, (True, True))
+    writes = [written(x.shape, x.dtype) if need_input else None, written(grid.shape, grid.dtype) if need_grid else None]
+    return io_cost(2 * FLOPS_PER_TAP * taps * grad.numel, [grad, x, grid], writes, x.dtype)

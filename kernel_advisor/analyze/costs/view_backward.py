@@ -1,4 +1,5 @@
-"""Backward of views and pads: the gradient placed into a tensor of the input's size.
+"""Backward of views, pads, gathers and value-selecting reductions: the gradient placed into a
+tensor of the input's size.
 
 slice_backward(grad_output, input_sizes, dim, start, end, step) and select_backward(grad_output,
 input_sizes, dim, index) allocate zeros of input_sizes and copy the gradient into the slice:
@@ -7,7 +8,10 @@ reflection_pad{1,2,3}d_backward and replication_pad{1,2,3}d_backward(grad_output
 padding) read the padded gradient once and write the input-sized one once; each border
 element of grad_output is added onto the element it was copied from: one add per element of
 grad_output outside the input (numel(grad_output) - numel(input), cropping pads excepted).
-NB: the zero-fill of slice/select_backward is not counted apart from the write.
+gather_backward(grad, self, dim, index, sparse_grad) and value_selecting_reduction_backward(grad,
+dim, indices, sizes, keepdim) (max/min/topk/sort/median along a dim) scatter the gradient into
+zeros of the input's size: one add per gradient element, grad and indices read once.
+NB: the zero-fill is not counted apart from the write.
 """
 from __future__ import annotations
 
@@ -36,3 +40,18 @@ def pad_backward(call: OpCall) -> OpCost:
         raise Unmodelled(f"{call.name}: gradient {grad.shape} and input {x.shape} differ in rank")
     border_adds = max(grad.numel - x.numel, 0)
     return io_cost(border_adds, [grad], [written(x.shape, grad.dtype)], grad.dtype)
+
+
+@register("gather_backward")
+def gather_backward(call: OpCall) -> OpCost:
+    grad, x, idx = call.tensor(0), call.tensor(1), call.tensor(3)
+    return io_cost(grad.numel, [grad, idx], [written(x.shape, grad.dtype)], grad.dtype)
+
+
+@register("value_selecting_reduction_backward")
+def value_selecting_reduction_backward(call: OpCall) -> OpCost:
+    grad, idx = call.tensor(0), call.tensor(2)
+    sizes = call.ints_at(3)
+    if math.prod(sizes) < grad.numel:
+        raise Unmodelled(f"{call.name}: input sizes {sizes} smaller than the gradient {grad.shape}")
+    return io_cost(grad.numel, [grad, idx], [written(tuple(sizes), grad.dtype)], grad.dtype)
