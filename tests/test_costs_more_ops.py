@@ -77,6 +77,12 @@ CASES = [  # (id, aten op, call, flops, bytes)
     ("diag_embed", "aten::diag_embed", lambda: torch.diag_embed(X2[0, :8]), 0, (8 + 64) * 4),
     ("trace", "aten::trace", lambda: torch.trace(S), 32, (32 + 1) * 4),
     ("linspace", "aten::linspace", lambda: torch.linspace(-1, 1, 5), 0, 5 * 4),
+    ("randint-low", "aten::randint", lambda: torch.randint(0, 64, (32,)), 0, 32 * 8),
+    ("randint-int32", "aten::randint", lambda: torch.randint(64, (32, 4), dtype=torch.int32), 0, 128 * 4),
+    # 32 rows of n = 64: complex 5*64*log2(64) = 1920 a row, real half that; complex64 is 8 bytes
+    ("rfft", "aten::fft_rfft", lambda: torch.fft.rfft(X2), 32 * 960, 2048 * 4 + 32 * 33 * 8),
+    ("fft", "aten::fft_fft", lambda: torch.fft.fft(X2), 32 * 1920, 2048 * 4 + 2048 * 8),
+    ("irfft", "aten::fft_irfft", lambda: torch.fft.irfft(torch.fft.rfft(X2)), 32 * 960, 32 * 33 * 8 + 2048 * 4),
 ]
 
 
@@ -115,6 +121,8 @@ XG, YG = X2.clone().requires_grad_(True), Y2.clone().requires_grad_(True)
 WG = torch.randn(8, 64, 64, requires_grad=True)
 X4G = X4.clone().requires_grad_(True)
 PRELU = nn.PReLU(8)
+LSTM_LAYER = nn.LSTM(32, 16, 1, batch_first=True)
+X3L = torch.randn(4, 16, 32, requires_grad=True)
 
 BACKWARD = [  # (id, aten op, forward, flops, bytes)
     # bilinear's forward and each of its three gradients are _trilinear calls of 2*32*8*64*64 flops;
@@ -140,3 +148,19 @@ def test_recorded_backward_hand_worked(name, fn, flops, nbytes):
     cost = _in_backward(name, fn, XG, YG, WG, X4G)
     assert cost is not None, f"{name} is not modelled"
     assert cost.flops == pytest.approx(flops) and cost.bytes == nbytes
+
+
+def test_onednn_lstm_layer_backward_hand_worked():
+    # 64 rows (16 steps x batch 4), w_ih [64, 32], w_hh [64, 16]: the data and weights passes
+    # 2 x 2*64*(2048 + 1024), the gate math 2 x (13 + 8)*64*16; reads 7552 floats and oneDNN's
+    # workspace (its size is the build's), writes the gradients of input, weights, biases and
+    # states (5376 floats)
+    from test_costs_helpers import record
+    events = [e for e in record(lambda: LSTM_LAYER(X3L)[0].sum().backward())
+              if e.name == "aten::mkldnn_rnn_layer_backward"]
+    if not events:
+        pytest.skip("this build runs the CPU LSTM without oneDNN")
+    workspace = events[0].shapes[22][0]
+    cost = events[0].cost()
+    assert cost.flops == 2 * 393_216 + 2 * 21_504
+    assert cost.bytes == 7552 * 4 + workspace + 5376 * 4

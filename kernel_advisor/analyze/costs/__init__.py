@@ -12,7 +12,7 @@ an op or an argument pattern they do not cover (unknown is not zero).
 from __future__ import annotations
 
 from kernel_advisor.analyze.costs import (activations, attention, batchnorm,  # noqa: F401
-                                          conv, copies, ddp, distances, einsum, elementwise,
+                                          conv, copies, ddp, distances, einsum, elementwise, fft,
                                           indexing, losses, matmul, norms, optim, pooling,
                                           reductions, rnn, sampling, selection, softmax, transformer,
                                           upsample, view_backward, views)

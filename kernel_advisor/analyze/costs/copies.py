@@ -330,10 +330,9 @@ def randint(call: OpCall) -> OpCost:
     # randint(high, size, ...) | randint.low(low, high, size, ...): int64 unless a dtype is given.
     # NB: the size is the first list-valued argument; random bits are not counted.
     for i in (1, 2):
-        size = call.ints_at(i, None)
-        if isinstance(size, tuple):
+        if i < len(call.dtypes) and call.dtypes[i] == "ScalarList":
             dtype = call.dtype_code_at(i + 1) or "int64"
-            return io_cost(0, [], [written(size, dtype)], dtype)
+            return io_cost(0, [], [written(call.ints_at(i), dtype)], dtype)
     raise Unmodelled(f"{call.name}: no size recorded")
 
 

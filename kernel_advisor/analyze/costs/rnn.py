@@ -258,3 +258,19 @@ def rnn_cell(call: OpCall) -> OpCost:
     r = Recurrence(kind, rows, hidden, 1, (w_ih, w_hh), bool(biases))
     return io_cost(recurrence_flops(r), [x, *states, w_ih, w_hh, *biases],
                    [written(s.shape, s.dtype) for s in states], x.dtype, tensor_cores=True)
+
+
+@register("mkldnn_rnn_layer_backward")
+def mkldnn_rnn_layer_backward(call: OpCall) -> OpCost:
+    # mkldnn_rnn_layer_backward(input, w_ih, w_hh, b_ih, b_hh, hx, cx, output, hy, cy,
+    #     grad_output, grad_hy, grad_cy, reverse, mode, hidden_size, num_layers, has_biases,
+    #     train, bidirectional, batch_sizes, batch_first, workspace): one layer and direction,
+    # the data pass and the weights pass as cuDNN's backward (2 x the GEMMs, 2 x the gate math).
+    x, w_ih, w_hh = call.tensor(0), call.tensor(1), call.tensor(2)
+    kind = _MKLDNN_MODES.get(call.int_at(14))
+    if kind is None or len(x.shape) != 3 or w_ih.shape[0] != GATES[kind] * call.int_at(15):
+        raise Unmodelled(f"{call.name}: shapes do not fit mode {call.int_at(14)}")
+    r = Recurrence(kind, math.prod(x.shape[:-1]), call.int_at(15), 1, (w_ih, w_hh), call.bool_at(17))
+    reads = call.tensors(range(0, 13)) + call.tensors((22,))
+    writes = [written(t.shape, t.dtype) for t in call.tensors((0, 1, 2, 3, 4, 5, 6))]
+    return io_cost(2 * gemm_flops(r) + 2 * gate_flops(r), reads, writes, x.dtype, tensor_cores=True)
