@@ -145,56 +145,31 @@ def mkldnn_rnn_layer(call: OpCall) -> OpCost:
                    tensor_cores=True)
 
 
-# cuDNN's cudnnRNNMode_t, the `mode` argument of aten::_cudnn_rnn and _cudnn_rnn_backward.
+# cuDNN's cudnnRNNMode_t: the same codes as oneDNN's.
 _CUDNN_MODES = _MKLDNN_MODES
 
 
-@dataclass(frozen=True)
-class CudnnRnnArgs:
-    """Argument positions of aten::_cudnn_rnn (forward) and _cudnn_rnn_backward."""
-    weight_buf: int
-    hx: int
-    cx: int
-    mode: int
-
-    @property
-    def proj_size(self) -> int:
-        return self.mode + 2
-
-    @property
-    def num_layers(self) -> int:
-        return self.mode + 3
-
-    @property
-    def bidirectional(self) -> int:
-        return self.mode + 7
-
-    @property
-    def batch_sizes(self) -> int:
-        return self.mode + 8
+# Position of `mode` in aten::_cudnn_rnn(input, weight[], weight_stride0, weight_buf?, hx, cx?,
+# mode, ...) and _cudnn_rnn_backward(input, weight[], weight_stride0, weight_buf, hx, cx?, output,
+# grad_output?, grad_hy?, grad_cy?, mode, ..., dropout_state?, reserve, output_mask[4]). After it
+# both take hidden_size, proj_size, num_layers, batch_first, dropout, train, bidirectional,
+# batch_sizes.
+_FORWARD_MODE, _BACKWARD_MODE = 6, 10
+_HIDDEN, _PROJ, _LAYERS, _BIDIRECTIONAL = 1, 2, 3, 7  # offsets from mode
 
 
-# _cudnn_rnn(input, weight[], weight_stride0, weight_buf?, hx, cx?, mode, hidden_size, proj_size,
-#   num_layers, batch_first, dropout, train, bidirectional, batch_sizes[], dropout_state?)
-_FORWARD = CudnnRnnArgs(weight_buf=3, hx=4, cx=5, mode=6)
-# _cudnn_rnn_backward(input, weight[], weight_stride0, weight_buf, hx, cx?, output, grad_output?,
-#   grad_hy?, grad_cy?, mode, hidden_size, proj_size, num_layers, batch_first, dropout, train,
-#   bidirectional, batch_sizes[], dropout_state?, reserve, output_mask[4])
-_BACKWARD = CudnnRnnArgs(weight_buf=3, hx=4, cx=5, mode=10)
-
-
-def _cudnn_recurrence(call: OpCall, args: CudnnRnnArgs) -> tuple[Recurrence, Tensor]:
+def _cudnn_recurrence(call: OpCall, mode: int) -> tuple[Recurrence, Tensor]:
     """The recurrence and the input of a cuDNN RNN call.
 
     NB: the weight list arrives flattened, each entry (numel, 1) in PyTorch's order per layer and
     direction (w_ih, w_hh, [b_ih, b_hh], [w_hr]); only the numels matter to the GEMM count.
     """
     x = call.tensor(0)
-    kind = _CUDNN_MODES.get(call.int_at(args.mode))
+    kind = _CUDNN_MODES.get(call.int_at(mode))
     if kind is None:
-        raise Unmodelled(f"{call.name}: unknown mode {call.int_at(args.mode)}")
-    hidden, proj = call.int_at(args.mode + 1), call.int_at(args.proj_size)
-    groups = call.int_at(args.num_layers) * (2 if call.bool_at(args.bidirectional) else 1)
+        raise Unmodelled(f"{call.name}: unknown mode {call.int_at(mode)}")
+    hidden, proj = call.int_at(mode + _HIDDEN), call.int_at(mode + _PROJ)
+    groups = call.int_at(mode + _LAYERS) * (2 if call.bool_at(mode + _BIDIRECTIONAL) else 1)
     params = call.list_shapes(1)
     if groups <= 0 or not params or len(params) % groups:
         raise Unmodelled(f"{call.name}: {len(params)} weights for {groups} layer-directions")
@@ -212,11 +187,11 @@ def _cudnn_recurrence(call: OpCall, args: CudnnRnnArgs) -> tuple[Recurrence, Ten
 
 @register("_cudnn_rnn")
 def cudnn_rnn(call: OpCall) -> OpCost:
-    r, x = _cudnn_recurrence(call, _FORWARD)
-    states = call.tensors((_FORWARD.hx, _FORWARD.cx))
-    out_width = (2 if call.bool_at(_FORWARD.bidirectional) else 1) * states[0].shape[-1]
+    r, x = _cudnn_recurrence(call, _FORWARD_MODE)
+    states = call.tensors((4, 5))  # hx, cx
+    out_width = (2 if call.bool_at(_FORWARD_MODE + _BIDIRECTIONAL) else 1) * states[0].shape[-1]
     out = written(x.shape[:-1] + (out_width,), x.dtype)
-    buf = call.optional_tensor(_FORWARD.weight_buf)
+    buf = call.optional_tensor(3)
     weights = [buf] if buf is not None else list(r.weights)
     return io_cost(recurrence_flops(r), [x, *states, *weights],
                    [out, *(written(s.shape, s.dtype) for s in states)], x.dtype, tensor_cores=True)
@@ -232,7 +207,7 @@ def cudnn_rnn_backward(call: OpCall) -> OpCost:
     Bytes: input, weights, states, output, the output and state gradients and the reserve space
     (the forward's saved gate activations) read once; the gradients asked for written once.
     """
-    r, x = _cudnn_recurrence(call, _BACKWARD)
+    r, x = _cudnn_recurrence(call, _BACKWARD_MODE)
     need_dx, need_dhx, need_dcx, need_dw = call.bools_at(21)
     flops = gemm_flops(r) * (1 + int(need_dw)) + 2 * gate_flops(r)
     hx, cx, buf = call.tensor(4), call.optional_tensor(5), call.tensor(3)
