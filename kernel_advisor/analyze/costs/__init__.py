@@ -14,8 +14,8 @@ from __future__ import annotations
 from kernel_advisor.analyze.costs import (activations, attention, batchnorm,  # noqa: F401
                                           conv, copies, ddp, distances, einsum, elementwise, fft,
                                           indexing, losses, matmul, norms, optim, pooling,
-                                          reductions, rnn, sampling, selection, softmax, transformer,
-                                          upsample, view_backward, views)
+                                          rearrange, reductions, rnn, sampling, selection,
+                                          softmax, transformer, upsample, view_backward, views)
 from kernel_advisor.analyze.costs.inductor import inductor_kernel_bytes
 from kernel_advisor.analyze.costs.registry import (OpCost, cost_arguments, modelled_op_names,
                                                    op_cost)
