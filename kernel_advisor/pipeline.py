@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from kernel_advisor.analyze.apply import analyze_ops
-from kernel_advisor.analyze.costs import cost_arguments  # rows split by every argument their cost reads
+from kernel_advisor.analyze.costs import cost_arguments, modelled_op_names  # rows split by every argument their cost reads
 from kernel_advisor.collect.attribute import Attribution, attribute
 from kernel_advisor.collect.interrupts import hold_for_tests
 from kernel_advisor.collect.loader import LoadedModel
@@ -36,9 +36,17 @@ class Analyzed:
     meta: dict  # run.json, ceilings and coverage included
 
 
+_MODELLED = modelled_op_names()
+
+
+def has_formula(name: str) -> bool:
+    """The cost model prices `name` (collect hands a composite op without one to its children)."""
+    return name in _MODELLED
+
+
 def analyze_capture(loaded: LoadedModel, args: dict, cap: Capture) -> Analyzed:
     trace = read_trace(cap.trace_path)
-    attr = attribute(trace, loaded.device.type, cost_arguments=cost_arguments)
+    attr = attribute(trace, loaded.device.type, cost_arguments=cost_arguments, priced=has_formula)
     meta = profile_meta(loaded, args, cap, attr)
     ops, meta["ceilings"], meta["coverage"] = analyze_ops(attr.ops, meta)
     return Analyzed(trace, attr, ops, meta)
@@ -65,7 +73,8 @@ def import_to_run(trace_path: Path, args: dict, out_dir: Path) -> tuple[Path, di
     check_writable_target(out_dir)
     trace = read_trace(trace_path)
     device_type = "cuda" if len(trace.gpu) else "cpu"
-    attr = attribute(trace, device_type, cost_arguments=cost_arguments, steps_hint=args.get("steps"))
+    attr = attribute(trace, device_type, cost_arguments=cost_arguments, steps_hint=args.get("steps"),
+                     priced=has_formula)
     if attr.ops.empty:  # an empty run would read as "0 s, 100 % modelled": say what is wrong instead
         raise UserInputError(f"{trace_path.name} holds no operator events to attribute",
                              "export the trace after the profiled steps ran, with record_shapes=True "

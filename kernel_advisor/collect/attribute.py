@@ -32,6 +32,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
 from kernel_advisor.collect.nesting import innermost_marked, innermost_region, nest_ops, self_time_us
 from kernel_advisor.collect.trace import TraceData
@@ -149,12 +150,16 @@ def assign_steps(ts_us: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
 
 
 def attribute(trace: TraceData, device_type: str,
-              cost_arguments: CostArguments | None = None, steps_hint: int | None = None) -> Attribution:
+              cost_arguments: CostArguments | None = None, steps_hint: int | None = None,
+              priced: Callable[[str], bool] | None = None) -> Attribution:
     """Rows of device time per op. With `cost_arguments`, calls whose cost arguments differ
     (a stride-2 conv beside a stride-1 one of the same shapes) get rows of their own.
 
     `steps_hint` (import --steps N): with step markers, only the last N marked steps count
     (earlier ones are warm-up); with none, the whole trace counts as N steps.
+    `priced(name)`: whether the cost model has a formula for an op. An op without one that torch
+    implements only through other aten ops (CompositeImplicitAutograd: it launches nothing of
+    its own) leaves its time to its children, which get rows of their own.
     """
     steps, marker = _marked_windows(trace)
     if steps_hint is not None:
@@ -163,6 +168,8 @@ def attribute(trace: TraceData, device_type: str,
     cpu = cpu.assign(step=assign_steps(cpu["ts_us"].to_numpy(float), steps))
     cpu = cpu[cpu["step"] >= 0].reset_index(drop=True)
     recognised = _per_unique(cpu["name"], is_recognised).to_numpy(bool) & ~_priced_by_children(cpu)
+    if priced is not None:
+        recognised &= ~_per_unique(cpu["name"], lambda n: not priced(n) and composite_implicit(n)).to_numpy(bool)
     parent, owner = nest_ops(cpu, recognised)
     cpu = _index_sizes_from_views(cpu, parent)
     cpu = cpu.assign(owner=owner, region=innermost_region(cpu, trace.annotations, _is_step_name),
@@ -193,6 +200,16 @@ def _priced_by_children(cpu: pd.DataFrame) -> np.ndarray:
         split[candidates] = [not _recorded(_json_list(c), PRICED_BY_CHILDREN[n])
                              for n, c in zip(rows["name"], rows["concrete"])]
     return split
+
+
+def composite_implicit(name: str) -> bool:
+    """torch implements `name` only by calling other aten ops: a CompositeImplicitAutograd kernel
+    and no CPU or CUDA kernel that a backend would pick first."""
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    try:
+        return bool(has(name, "CompositeImplicitAutograd")) and not (has(name, "CUDA") or has(name, "CPU"))
+    except RuntimeError:  # not an operator of this torch (a trace from another version, a user range)
+        return False
 
 
 INDEX_OPS = ("aten::index", "aten::_unsafe_index")
