@@ -77,6 +77,12 @@ CASES = [  # (id, aten op, call, flops, bytes)
     ("diag_embed", "aten::diag_embed", lambda: torch.diag_embed(X2[0, :8]), 0, (8 + 64) * 4),
     ("trace", "aten::trace", lambda: torch.trace(S), 32, (32 + 1) * 4),
     ("linspace", "aten::linspace", lambda: torch.linspace(-1, 1, 5), 0, 5 * 4),
+    # theta [2, 2, 3] onto a [2, 8, 16, 16] grid: 2*16*16 points, 12 flops each, a [2, 16, 16, 2] grid written
+    ("affine_grid", "aten::affine_grid_generator",
+     lambda: F.affine_grid(torch.randn(2, 2, 3), (2, 8, 16, 16), align_corners=False), 12 * 512, (12 + 1024) * 4),
+    # 32 looked-up rows of 8: norm and rescale 3 flops an element, rows read and written, indices read
+    ("embedding_renorm", "aten::embedding_renorm_",
+     lambda: F.embedding(T, torch.randn(64, 8), max_norm=1.0), 3 * 256, 32 * 8 + 2 * 256 * 4),
     ("randint-low", "aten::randint", lambda: torch.randint(0, 64, (32,)), 0, 32 * 8),
     ("randint-int32", "aten::randint", lambda: torch.randint(64, (32, 4), dtype=torch.int32), 0, 128 * 4),
     # 32 rows of n = 64: complex 5*64*log2(64) = 1920 a row, real half that; complex64 is 8 bytes

@@ -195,3 +195,15 @@ def embedding_bag_backward(call: OpCall) -> OpCost:
              embedding_bag_flops(idx.numel, grad.shape[0], width, mode, per_sample is not None))
     bookkeeping = call.tensors(range(2, tail))  # offsets, offset2bag, bag_size, max indices
     return io_cost(flops, [grad, idx, *bookkeeping, per_sample], [out], grad.dtype)
+
+
+@register("embedding_renorm_")
+def embedding_renorm_(call: OpCall) -> OpCost:
+    # embedding_renorm_(self [V, D], indices, max_norm, norm_type): each looked-up row's norm
+    # (2 flops an element) and its rescale (1) in place. NB: rows are counted once per index,
+    # an upper bound when indices repeat.
+    weight, idx = call.tensor(0), call.tensor(1)
+    if len(weight.shape) != 2:
+        raise Unmodelled(f"{call.name}: weight must be 2-D, got {weight.shape}")
+    rows = written((min(idx.numel, weight.shape[0]), weight.shape[1]), weight.dtype)
+    return cost(3 * rows.numel, idx.bytes + 2 * rows.bytes, weight.dtype)

@@ -6,6 +6,8 @@ cache), the grid read once, the output written once. Backward: twice the forward
 input's and the grid's gradients), grad_output, input and grid read, both gradients written. max_unpool: the output zero-filled and one
 element scattered per input element. bucketize and searchsorted: log2(boundaries) compares
 per element, an int64 (or int32) index written per element. histc: one add per element.
+affine_grid_generator: each output point is theta (2x3, or 3x4 in 3-D) times its base
+coordinate: 12 flops a 2-D point, 24 a 3-D one; theta read, the grid written.
 """
 from __future__ import annotations
 
@@ -86,3 +88,15 @@ def grid_sampler_backward(call: OpCall) -> OpCost:
     need_input, need_grid = call.bools_at(6, (True, True))
     writes = [written(x.shape, x.dtype) if need_input else None, written(grid.shape, grid.dtype) if need_grid else None]
     return io_cost(2 * FLOPS_PER_TAP * taps * grad.numel, [grad, x, grid], writes, x.dtype)
+
+
+@register("affine_grid_generator")
+def affine_grid_generator(call: OpCall) -> OpCost:
+    # affine_grid_generator(theta [N, 2, 3] | [N, 3, 4], size [N, C, H, W] | [N, C, D, H, W], align_corners)
+    theta, size = call.tensor(0), call.ints_at(1)
+    spatial = len(size) - 2
+    if spatial not in (2, 3) or theta.shape[1:] != (spatial, spatial + 1):
+        raise Unmodelled(f"{call.name}: theta {theta.shape} does not fit size {size}")
+    points = math.prod((size[0], *size[2:]))
+    out = written((size[0], *size[2:], spatial), theta.dtype)
+    return io_cost(2 * spatial * (spatial + 1) * points, [theta], [out], theta.dtype)
