@@ -19,7 +19,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "advice"))
-from run_advice import MODELS_DIR, extra_args  # noqa: E402
+from run_advice import MODELS_DIR, profile_options  # noqa: E402
 
 KEPT = ("run.json", "ops.csv", "sequence.csv")
 # (model, mode): one model per class of miss (issue 18), plus the train-mode RNN whose
@@ -33,10 +33,8 @@ RUNS = (("layernorm_3d", "inference"), ("bottleneck_1x1", "inference"), ("unet_g
 
 def profile_args(model: str, mode: str, out: Path) -> list[str]:
     path = MODELS_DIR / f"{model}.py"
-    extra = extra_args(path)
-    dtype = "keep" if "--autocast" in extra else "bfloat16"
-    return [sys.executable, "-m", "kernel_advisor", "profile", str(path), "--device", "cuda", "--dtype", dtype,
-            "--mode", mode, "--steps", "5", "--warmup", "3", "--out", str(out), *extra]
+    return [sys.executable, "-m", "kernel_advisor", "profile", str(path),
+            *profile_options(path, "cuda", "bfloat16", mode), "--out", str(out)]
 
 
 def main(argv: list[str] | None = None) -> int:

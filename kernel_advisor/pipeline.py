@@ -14,7 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 from kernel_advisor.analyze.apply import analyze_ops
-from kernel_advisor.analyze.costs import cost_arguments, modelled_op_names  # rows split by every argument their cost reads
+# cost_arguments: rows split by every argument their cost reads
+from kernel_advisor.analyze.costs import cost_arguments, modelled_op_names
 from kernel_advisor.collect.attribute import Attribution, attribute
 from kernel_advisor.collect.interrupts import hold_for_tests
 from kernel_advisor.collect.loader import LoadedModel

@@ -81,9 +81,11 @@ def test_calibration_doc_is_grouped_by_device():
 
 def test_a_refit_multiplies_the_scale_the_sweep_ran_under():
     # the CSV's predictions were already × 0.8: a factor of 1.5 on them is a scale of 0.8 × 1.5 = 1.2
-    shipped = {"cuda": {"compile": fit.ActionScale(0.8, 18)}}
+    # (a shipped scale with no new fit, cudnn_benchmark's, is kept)
+    shipped = {"cuda": {"compile": fit.ActionScale(0.8, 18), "cudnn_benchmark": fit.ActionScale(0.1, 3)}}
     composed = fit.composed_scales({("cuda", "compile"): (1.5, 5), ("cuda", "sdpa"): (1.1, 3)}, shipped)
-    assert composed == {("cuda", "compile"): (pytest.approx(1.2), 5), ("cuda", "sdpa"): (pytest.approx(1.1), 3)}
+    assert composed == {("cuda", "compile"): (pytest.approx(1.2), 5), ("cuda", "sdpa"): (pytest.approx(1.1), 3),
+                        ("cuda", "cudnn_benchmark"): (0.1, 3)}
 
 
 @pytest.mark.parametrize("before, held_out, kept", [(0.63, 0.58, False), (0.63, 0.63, False), (0.55, 0.62, True)])

@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from docdata import splice_block, upsert_rows, write_csv_atomic  # noqa: E402
-from run_advice import MODELS_DIR, _commit, discover_models, extra_args  # noqa: E402
+from run_advice import MODELS_DIR, _commit, discover_models, profile_options  # noqa: E402
 
 DATA = HERE.parent / "data" / "coverage.csv"
 DOCS = HERE.parents[1] / "docs" / "benchmarks.md"
@@ -36,10 +36,8 @@ BEGIN, END = "<!-- coverage:begin -->", "<!-- coverage:end -->"
 
 
 def profile_args(path: Path, mode: str, out: Path) -> list[str]:
-    extra = extra_args(path)
-    dtype = "keep" if "--autocast" in extra else "bfloat16"
-    return [sys.executable, "-m", "kernel_advisor", "profile", str(path), "--device", "cuda", "--dtype", dtype,
-            "--mode", mode, "--steps", "3", "--warmup", "2", "--out", str(out), *extra]
+    return [sys.executable, "-m", "kernel_advisor", "profile", str(path),
+            *profile_options(path, "cuda", "bfloat16", mode, steps=3, warmup=2), "--out", str(out)]
 
 
 def coverage_row(model: str, mode: str, run_json: dict) -> dict:

@@ -114,8 +114,9 @@ def leave_one_model_out(rows: pd.DataFrame) -> pd.Series:
 
 
 def composed_scales(factors: dict, shipped: Mapping[str, Mapping[str, ActionScale]]) -> dict:
-    """{(device type, family): (scale, n)}: each fitted factor times the scale the sweep ran under."""
-    out = {}
+    """{(device type, family): (scale, n)}: each fitted factor times the scale the sweep ran under;
+    a shipped scale with no new fit is kept as it is."""
+    out = {(device, family): (s.scale, s.n) for device, families in shipped.items() for family, s in families.items()}
     for (device, family), (factor, n) in factors.items():
         before = shipped.get(device, {}).get(family)
         out[(device, family)] = (factor * (before.scale if before else 1.0), n)
@@ -154,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{held_out:.0%} (leave one model out)")
     scales = composed_scales(factors, load_calibration(OUT))
     for (device, family), (scale, n) in sorted(scales.items()):
-        print(f"  {device:5} {family:36} × {factors[(device, family)][0]:.2f} → scale {scale:.2f}  (n={n})")
+        factor = f"× {factors[(device, family)][0]:.2f}" if (device, family) in factors else "kept"
+        print(f"  {device:5} {family:36} {factor:>6} → scale {scale:.2f}  (n={n})")
     if args.write and not (keep_fit(before, held_out) or args.force):
         print(f"not written: leave-one-model-out {held_out:.0%} does not beat {before:.0%} (--force writes anyway)")
     elif args.write:

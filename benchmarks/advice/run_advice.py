@@ -100,16 +100,24 @@ class Job:
     recommend_timeout_s: float
 
 
+def profile_options(path: Path, device: str, dtype: str, mode: str = MODE, steps: int = 5,
+                    warmup: int = 3) -> tuple[str, ...]:
+    """`advisor profile` options for one model as the sweep profiles it, its `# advisor:` line
+    included. --autocast runs the model as built; a 16-bit --dtype next to it is refused by the CLI."""
+    extra = extra_args(path)
+    run_dtype = "keep" if "--autocast" in extra else dtype
+    return ("--device", device, "--dtype", run_dtype, "--mode", mode, "--steps", str(steps),
+            "--warmup", str(warmup), *extra)
+
+
 def plan_jobs(models: list[Path], device: str, dtype: str, budget_s: float, small: bool,
               hotspots_only: bool = False) -> list[Job]:
     """`hotspots_only`: recommend without --measure (what the advice says per hotspot; minutes, not tens)."""
     jobs = []
     for path in models:
         extra = extra_args(path)
-        # --autocast runs the model as built; a 16-bit --dtype next to it is refused by the CLI.
-        run_dtype = "keep" if "--autocast" in extra else dtype
         label = f"autocast:{extra[extra.index('--autocast') + 1]}" if "--autocast" in extra else dtype
-        profile = ("--device", device, "--dtype", run_dtype, "--mode", MODE, "--steps", "5", "--warmup", "3", *extra)
+        profile = profile_options(path, device, dtype)
         measure = ("--measure", "--budget-s", f"{budget_s:g}", *(a for act in ALSO for a in ("--also", act)))
         recommend = (*(() if hotspots_only else measure), "--format", "json")
         # --budget-s caps the measuring only; process start, model load and compiles come on top.

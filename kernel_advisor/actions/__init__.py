@@ -12,8 +12,8 @@ from kernel_advisor.actions.base import Action, NotApplicable, NotMeasurable, Va
 
 NONE = "none"
 _FIXED: dict[str, Action] = {a.name: a for a in (
-    sdpa.ACTION, *sdpa_backend.ACTIONS, rms_norm_module.ACTION, channels_last.ACTION, cudnn_benchmark.ACTION, tf32.ACTION,
-    bf16_autocast.ACTION, pad_gemm.ACTION, float8.ACTION, *compile.ACTIONS, float8.COMPILED)}
+    sdpa.ACTION, *sdpa_backend.ACTIONS, rms_norm_module.ACTION, channels_last.ACTION, cudnn_benchmark.ACTION,
+    tf32.ACTION, bf16_autocast.ACTION, pad_gemm.ACTION, float8.ACTION, *compile.ACTIONS, float8.COMPILED)}
 
 
 def action_names() -> tuple[str, ...]:

@@ -233,15 +233,20 @@ def pad(call: OpCall) -> OpCost:
     return copy_cost(x, padded_shape(x.shape, call.ints_at(1)), x.dtype)
 
 
+def repeated_cost(x: Tensor, reps: tuple[int, ...]) -> OpCost:
+    """x copied `reps` times along each dim; leading dims are added when reps is longer."""
+    padded = (1,) * (len(reps) - len(x.shape)) + x.shape
+    return copy_cost(x, tuple(s * r for s, r in zip(padded, reps)), x.dtype)
+
+
 @register("repeat")
 def repeat(call: OpCall) -> OpCost:
-    # repeat(self, repeats): leading dims are added when repeats is longer than self's rank.
+    # repeat(self, repeats)
     x = call.tensor(0)
     reps = call.ints_at(1)
     if len(reps) < len(x.shape):
         raise Unmodelled(f"{call.name}: fewer repeats than dims")
-    padded = (1,) * (len(reps) - len(x.shape)) + x.shape
-    return copy_cost(x, tuple(s * r for s, r in zip(padded, reps)), x.dtype)
+    return repeated_cost(x, reps)
 
 
 @register("flip", "roll", "tril", "triu")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kernel_advisor.analyze.costs.call import OpCall, Tensor
 from kernel_advisor.analyze.costs.common import io_cost, written
-from kernel_advisor.analyze.costs.copies import copy_cost
+from kernel_advisor.analyze.costs.copies import copy_cost, repeated_cost
 from kernel_advisor.analyze.costs.errors import Unmodelled
 from kernel_advisor.analyze.costs.registry import OpCost, register
 
@@ -16,9 +16,7 @@ def tile(call: OpCall) -> OpCost:
     # tile(self, dims): repeat, with dims padded by leading 1s when shorter than self's rank.
     x = call.tensor(0)
     reps = call.ints_at(1)
-    reps = (1,) * (len(x.shape) - len(reps)) + tuple(reps)
-    padded = (1,) * (len(reps) - len(x.shape)) + x.shape
-    return copy_cost(x, tuple(s * r for s, r in zip(padded, reps)), x.dtype)
+    return repeated_cost(x, (1,) * (len(x.shape) - len(reps)) + reps)
 
 
 @register("pixel_shuffle", "pixel_unshuffle", "channel_shuffle", "native_channel_shuffle")

@@ -174,10 +174,7 @@ def scan(call: OpCall) -> OpCost:
 def count_nonzero(call: OpCall) -> OpCost:
     # count_nonzero(self, dim) -> int64: one compare and add per element.
     x = call.tensor(0)
-    dims = call.ints_at(1, None) if call.arg_count() > 1 else None
-    if isinstance(dims, int):
-        dims = (dims,)
-    return reduction_cost(x, Reduction(dims, False, "int64", 1.0))
+    return reduction_cost(x, Reduction(_dims(call, 1), False, "int64", 1.0))
 
 
 @register("cumprod_backward")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from kernel_advisor.analyze.costs.call import OpCall
+from kernel_advisor.analyze.costs.call import OpCall, Tensor
 from kernel_advisor.analyze.costs.common import io_cost, written
 from kernel_advisor.analyze.costs.errors import Unmodelled
 from kernel_advisor.analyze.costs.registry import OpCost, register
@@ -48,7 +48,7 @@ def max_unpool(call: OpCall) -> OpCost:
     return io_cost(0, [x, idx], [out], x.dtype)
 
 
-def _binned(call: OpCall, values, boundaries, out_int32: bool) -> OpCost:
+def _binned(values: Tensor, boundaries: Tensor, out_int32: bool) -> OpCost:
     steps = math.ceil(math.log2(boundaries.shape[-1] + 1)) if boundaries.shape else 1
     out = written(values.shape, "int32" if out_int32 else "int64")
     return io_cost(steps * values.numel, [values, boundaries], [out], values.dtype)
@@ -59,7 +59,7 @@ def bucketize(call: OpCall) -> OpCost:
     # bucketize(self, boundaries, out_int32, right)
     if not call.has_tensor(0):
         raise Unmodelled(f"{call.name}: a scalar input")
-    return _binned(call, call.tensor(0), call.tensor(1), call.bool_at(2, False))
+    return _binned(call.tensor(0), call.tensor(1), call.bool_at(2, False))
 
 
 @register("searchsorted")
@@ -67,7 +67,7 @@ def searchsorted(call: OpCall) -> OpCost:
     # searchsorted(sorted_sequence, self, out_int32, right, side, sorter)
     if not call.has_tensor(1):
         raise Unmodelled(f"{call.name}: a scalar input")
-    return _binned(call, call.tensor(1), call.tensor(0), call.bool_at(2, False))
+    return _binned(call.tensor(1), call.tensor(0), call.bool_at(2, False))
 
 
 @register("histc")
