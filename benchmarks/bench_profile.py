@@ -81,9 +81,14 @@ def profile_once(w: Workload, work: Path, device: str = "cuda") -> dict:
     meta = json.loads((out / "run.json").read_text(encoding="utf-8"))
     overhead = meta["profiler_overhead"]
     step = meta["step_s"]
+    timing = meta["kernel_timing"]
+    shapes = timing.get("shapes_pass_overhead") or {"value": overhead["value"], "low": overhead["low"],
+                                                    "high": overhead["high"]}
     return {"model": w.name, "mode": w.mode, "steps": STEPS,
             "step_unprofiled_s": step["value"], "step_profiled_s": statistics.median(meta["step_wall_s"]),
             "overhead": overhead["value"], "overhead_low": overhead["low"], "overhead_high": overhead["high"],
+            "kernel_timing": timing["source"], "shapes_pass_overhead": shapes["value"],
+            "shapes_pass_overhead_low": shapes["low"], "shapes_pass_overhead_high": shapes["high"],
             "device_busy_frac": meta["device_busy_frac"],
             "modelled_time_pct": meta["coverage"]["modelled_time_pct"]}
 
@@ -138,21 +143,35 @@ def render(df: pd.DataFrame) -> str:
              f"`python3 benchmarks/bench_profile.py` · raw: `benchmarks/data/profile_overhead.csv`. "
              f"`advisor profile MODEL --dtype bfloat16 --steps {int(first['steps'])}` with its default "
              f"settings (shapes recorded, no stacks); overhead = median profiled step / median "
-             f"unprofiled step, with its interval from run.json.", "",
-             "| model | mode | step unprofiled | overhead [interval] | device busy | host-bound | within 1.15× |",
-             "|---|---|---:|---|---:|---|---|"]
+             f"unprofiled step, with its interval from run.json. The profiled steps are the timing "
+             f"pass's (CUDA activity only) when its kernels matched the shapes pass's "
+             f"(`kernel timing` kernels-only); the shapes pass's own overhead is beside it.", "",
+             "| model | mode | step unprofiled | overhead [interval] | kernel timing | shapes pass | device busy "
+             "| host-bound | within 1.15× |",
+             "|---|---|---:|---|---|---|---:|---|---|"]
     for r in df.sort_values(["device_busy_frac"]).itertuples():
         host = r.device_busy_frac < HOST_BOUND_BUSY
         within = ("yes" if r.overhead <= AIM else "**no**") if host else "–"
-        lines.append(f"| {r.model} | {r.mode} | {r.step_unprofiled_s * 1e3:.3f} ms | {r.overhead:.3f}× "
-                     f"[{r.overhead_low:.3f}–{r.overhead_high:.3f}] | {r.device_busy_frac * 100:.0f} % | "
-                     f"{'yes' if host else 'no'} | {within} |")
+        lines.append(f"| {r.model} | {r.mode} | {r.step_unprofiled_s * 1e3:.3f} ms | {_ratio(r, 'overhead')} | "
+                     f"{_text(getattr(r, 'kernel_timing', None))} | {_ratio(r, 'shapes_pass_overhead')} | "
+                     f"{r.device_busy_frac * 100:.0f} % | {'yes' if host else 'no'} | {within} |")
     host = df[df["device_busy_frac"] < HOST_BOUND_BUSY]
     if len(host):
         lines += ["", f"Host-bound workloads (device busy < {HOST_BOUND_BUSY:.0%}): "
                       f"{int((host['overhead'] <= AIM).sum())} of {len(host)} within {AIM}×; the largest "
                       f"overhead {host['overhead'].max():.3f}× ({host.loc[host['overhead'].idxmax(), 'model']})."]
     return "\n".join(lines)
+
+
+def _ratio(row, column: str) -> str:
+    value = getattr(row, column, None)
+    if value is None or value != value:  # a row measured before the column existed
+        return "–"
+    return f"{value:.3f}× [{getattr(row, column + '_low'):.3f}–{getattr(row, column + '_high'):.3f}]"
+
+
+def _text(value) -> str:
+    return "–" if value is None or value != value else str(value)
 
 
 def render_docs(csv: Path, docs: Path, check: bool) -> int:

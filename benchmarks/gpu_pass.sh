@@ -55,7 +55,7 @@ for step in "${@:2}"; do
                    # its timings need the GPU to themselves (they skip under -n)
                    run gpu_timing_tests python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton_row_shapes.py ;;
         calibrate) run calibrate python3 -m kernel_advisor calibrate --device cuda --json ;;
-        profile) run bench_profile python3 benchmarks/bench_profile.py --out "$out/profile" ;;
+        profile) run bench_profile python3 benchmarks/bench_profile.py --csv "$out/profile_overhead.csv" ;;
         ncu) run ncu_accuracy python3 benchmarks/ncu_accuracy.py --out "$out/ncu" ;;
         recommend) run bench_recommend python3 benchmarks/bench_recommend_gpt.py --out "$out/recommend" ;;
         kernels) run bench_kernels python3 benchmarks/bench_kernels.py --out "$out/kernels" ;;

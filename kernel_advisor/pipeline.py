@@ -18,6 +18,7 @@ from kernel_advisor.analyze.apply import analyze_ops
 from kernel_advisor.analyze.costs import cost_arguments, modelled_op_names
 from kernel_advisor.collect.attribute import Attribution, attribute
 from kernel_advisor.collect.interrupts import hold_for_tests
+from kernel_advisor.collect.kernel_timing import with_kernel_timings
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.profiler import Capture, Progress, capture
 from kernel_advisor.collect.run_meta import FILES, import_meta, profile_meta, run_json
@@ -47,8 +48,11 @@ def has_formula(name: str) -> bool:
 
 def analyze_capture(loaded: LoadedModel, args: dict, cap: Capture) -> Analyzed:
     trace = read_trace(cap.trace_path)
+    timing = None
+    if cap.timing_trace_path is not None:
+        trace, timing = with_kernel_timings(trace, read_trace(cap.timing_trace_path))
     attr = attribute(trace, loaded.device.type, cost_arguments=cost_arguments, priced=has_formula)
-    meta = profile_meta(loaded, args, cap, attr)
+    meta = profile_meta(loaded, args, cap, attr, timing)
     ops, meta["ceilings"], meta["coverage"] = analyze_ops(attr.ops, meta)
     return Analyzed(trace, attr, ops, meta)
 

@@ -39,3 +39,26 @@ def test_merge_upserts_by_model_mode_and_gpu_and_render_counts_the_aim(tmp_path)
     block = cov.render_block(df)
     assert "2 of 2 runs at least 98 % modelled (lowest 99.5 %)" in block
     assert "| m | 100.0 % | 99.5 % | aten::y |" in block
+
+
+def test_render_counts_the_runs_timed_by_the_timing_pass_and_names_the_others(tmp_path):
+    base = {"gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "commit": "c1", "date": "2026-11-27", "unmodelled": ""}
+    df = pd.DataFrame([{**base, "model": "a", "mode": "train", "modelled_pct": 100.0, "kernel_timing": "kernels-only"},
+                       {**base, "model": "b", "mode": "inference", "modelled_pct": 100.0, "kernel_timing": "shapes",
+                        "kernel_timing_reason": "the timing pass ran 9 GPU events, the shapes pass 10"}])
+    block = cov.render_block(df)
+    assert "CUDA-only timing pass (matched to the shapes pass by launch order): 1 of 2 runs." in block
+    assert "- b inference: shapes pass times (the timing pass ran 9 GPU events, the shapes pass 10)" in block
+    assert "timing pass" not in cov.render_block(df.drop(columns=["kernel_timing", "kernel_timing_reason"]))
+
+
+def test_rows_from_before_the_timing_column_still_merge(tmp_path):
+    data = tmp_path / "coverage.csv"
+    pd.DataFrame([{"model": "m", "mode": "train", "gpu": "G", "modelled_pct": 99.0, "unmodelled": "",
+                   "torch": "t", "commit": "c", "date": "d"}]).to_csv(data, index=False)
+    new = tmp_path / "n.csv"
+    pd.DataFrame([{"model": "m", "mode": "inference", "gpu": "G", "modelled_pct": 98.0, "unmodelled": "",
+                   "kernel_timing": "kernels-only", "kernel_timing_reason": "", "torch": "t", "commit": "c2",
+                   "date": "d"}]).to_csv(new, index=False)
+    df = cov.merge([new], data)
+    assert list(df.columns) == cov.COLUMNS and len(df) == 2

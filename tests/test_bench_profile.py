@@ -5,10 +5,11 @@ import pytest
 from benchmarks import bench_profile as bp
 
 
-def _row(model, mode, overhead, busy, gpu="NVIDIA H200", commit="abc1234"):
+def _row(model, mode, overhead, busy, gpu="NVIDIA H200", commit="abc1234", shapes=2.0):
     return {"model": model, "mode": mode, "steps": 20, "step_unprofiled_s": 1e-3, "step_profiled_s": 1e-3 * overhead,
             "overhead": overhead, "overhead_low": overhead - 0.01, "overhead_high": overhead + 0.02,
-            "device_busy_frac": busy, "modelled_time_pct": 100.0, "gpu": gpu, "torch": "2.11.0",
+            "kernel_timing": "kernels-only", "shapes_pass_overhead": shapes, "shapes_pass_overhead_low": shapes - 0.1,
+            "shapes_pass_overhead_high": shapes + 0.1, "device_busy_frac": busy, "modelled_time_pct": 100.0, "gpu": gpu, "torch": "2.11.0",
             "triton": "3.6.0", "commit": commit, "date": "2026-11-26"}
 
 
@@ -33,13 +34,20 @@ def test_render_judges_only_host_bound_rows_against_the_aim():
     assert "1 of 2 within 1.15×; the largest overhead 1.400× (resnet_basic)" in text
 
 
+def test_rows_measured_before_the_timing_pass_render_dashes():
+    old = {k: v for k, v in _row("vit_tiny", "inference", 2.1, 0.2).items() if "shapes" not in k and k != "kernel_timing"}
+    line = [x for x in bp.render(pd.DataFrame([old])).splitlines() if x.startswith("| vit_tiny")][0]
+    assert "| 2.100× [2.090–2.120] | – | – | 20 % |" in line
+
+
 def test_render_docs_splices_and_checks(tmp_path):
     csv, docs = tmp_path / "p.csv", tmp_path / "b.md"
     pd.DataFrame([_row("vit_tiny", "inference", 1.12, 0.40)]).to_csv(csv, index=False)
     docs.write_text(f"# B\n\n## Profiling overhead\n\n{bp.BEGIN}\n{bp.END}\n\n## Next\n", encoding="utf-8")
     assert bp.render_docs(csv, docs, check=True) == 1  # stale
     assert bp.render_docs(csv, docs, check=False) == 0
-    assert "| vit_tiny | inference | 1.000 ms | 1.120× [1.110–1.140] | 40 % | yes | yes |" in docs.read_text()
+    assert ("| vit_tiny | inference | 1.000 ms | 1.120× [1.110–1.140] | kernels-only | 2.000× [1.900–2.100] | 40 % "
+            "| yes | yes |") in docs.read_text()
     assert bp.render_docs(csv, docs, check=True) == 0
     assert bp.render_docs(tmp_path / "missing.csv", docs, check=False) == 1
 

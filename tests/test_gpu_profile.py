@@ -31,6 +31,13 @@ def test_gpt_example_on_cuda(advisor_home, examples_dir, mode):
         assert sum(k["time_total_s"] for k in kernels) == pytest.approx(rows.iloc[0]["device_time_total_s"], rel=1e-6)
     assert 0 < run.meta["device_busy_frac"] <= 1
     assert run.meta["profiler_overhead_ratio"] > 0
+    # Same steps, same launches: the timing pass's durations were laid onto the trace, and its
+    # steps (not the shapes pass's) are the profiled steps the overhead compares.
+    timing = run.meta["kernel_timing"]
+    assert timing["source"] == "kernels-only", timing
+    assert timing["events"] >= ops["kernel_count"].sum() > 0  # every kernel (memcpy/memset too)
+    assert len(timing["shapes_pass_step_wall_s"]) == len(run.meta["step_wall_s"]) == 3
+    assert run.meta["step_wall_s"] != timing["shapes_pass_step_wall_s"]
     assert run.meta["peak_memory_kind"] == "cuda_max_allocated" and run.meta["peak_memory_bytes"] > 0
 
 

@@ -29,7 +29,7 @@ from run_advice import MODELS_DIR, _commit, discover_models, profile_options  # 
 DATA = HERE.parent / "data" / "coverage.csv"
 DOCS = HERE.parents[1] / "docs" / "benchmarks.md"
 KEY = ["model", "mode", "gpu"]
-COLUMNS = [*KEY, "modelled_pct", "unmodelled", "torch", "commit", "date"]
+COLUMNS = [*KEY, "modelled_pct", "unmodelled", "kernel_timing", "kernel_timing_reason", "torch", "commit", "date"]
 MODES = ("inference", "train")
 AIM_PCT = 98.0
 BEGIN, END = "<!-- coverage:begin -->", "<!-- coverage:end -->"
@@ -44,8 +44,10 @@ def coverage_row(model: str, mode: str, run_json: dict) -> dict:
     """One CSV row from a run.json: the modelled share and the three largest unmodelled ops."""
     cov, dev = run_json["coverage"], run_json["device"]
     worst = sorted(cov.get("unmodelled") or [], key=lambda u: -(u.get("device_time_total_s") or 0.0))[:3]
+    timing = run_json.get("kernel_timing") or {}
     return {"model": model, "mode": mode, "gpu": dev["name"], "modelled_pct": round(cov["modelled_time_pct"], 2),
-            "unmodelled": "; ".join(u["name"] for u in worst), "torch": run_json["versions"]["torch"],
+            "unmodelled": "; ".join(u["name"] for u in worst), "kernel_timing": timing.get("source") or "",
+            "kernel_timing_reason": timing.get("reason") or "", "torch": run_json["versions"]["torch"],
             "commit": _commit(), "date": time.strftime("%Y-%m-%d", time.gmtime())}
 
 
@@ -70,13 +72,15 @@ def merge(paths: list[Path], data: Path = DATA) -> pd.DataFrame:
     old = pd.read_csv(data) if data.is_file() else pd.DataFrame(columns=COLUMNS)
     for p in paths:
         old = upsert_rows(old, pd.read_csv(p), KEY)
-    df = old[COLUMNS].sort_values(KEY).reset_index(drop=True)
+    df = old.reindex(columns=COLUMNS).sort_values(KEY).reset_index(drop=True)
     write_csv_atomic(df, data)
     return df
 
 
 def render_block(df: pd.DataFrame) -> str:
-    df = df.fillna({"unmodelled": ""})
+    df = df.reindex(columns=COLUMNS)
+    texts = ["unmodelled", "kernel_timing", "kernel_timing_reason"]
+    df[texts] = df[texts].astype(object).where(df[texts].notna(), "")
     lines = []
     for gpu, g in df.groupby("gpu"):
         below = g[g["modelled_pct"] < AIM_PCT]
@@ -89,8 +93,22 @@ def render_block(df: pd.DataFrame) -> str:
             pct = {r["mode"]: f"{r['modelled_pct']:.1f} %" for _, r in m.iterrows()}
             names = "; ".join(sorted({u for u in m["unmodelled"] if u}))
             lines.append(f"| {model} | {pct.get('inference', '—')} | {pct.get('train', '—')} | {names or '—'} |")
+        lines += ["", *_timing_lines(g)]
         lines.append("")
     return "\n".join(lines)
+
+
+def _timing_lines(g: pd.DataFrame) -> list[str]:
+    """How many runs took their kernel times from the CUDA-only timing pass, and why not the others."""
+    known = g[g["kernel_timing"] != ""]
+    if not len(known):
+        return []
+    apart = known[known["kernel_timing"] == "kernels-only"]
+    lines = [f"Kernel times from the CUDA-only timing pass (matched to the shapes pass by launch order): "
+             f"{len(apart)} of {len(known)} runs."]
+    for _, r in known[known["kernel_timing"] != "kernels-only"].iterrows():
+        lines.append(f"- {r['model']} {r['mode']}: shapes pass times ({r['kernel_timing_reason'] or 'no timing pass'})")
+    return lines
 
 
 def render(data: Path = DATA, docs: Path = DOCS) -> None:

@@ -3,6 +3,12 @@
 Warm-up steps run before the profiler exists, so torch.compile, lazy initialisation and
 cuDNN autotuning never show up as hotspots. The same number of steps is also timed without
 the profiler, and the ratio of medians is the profiler's overhead.
+
+On a GPU the profiled steps run twice: the shapes pass records CPU ops with their shapes and
+the kernels they launch (the trace), the timing pass CUDA activity only. The timing pass's
+kernel durations replace the shapes pass's (collect/kernel_timing.py), and its steps are the
+ones the overhead compares: recording every op's shapes costs host time on each op, which a
+host-bound step cannot hide.
 """
 from __future__ import annotations
 
@@ -40,11 +46,14 @@ class Capture:
     peak_memory_kind: str  # "cuda_max_allocated" or "process_max_rss"
     nonfinite_outputs: tuple[str, ...]
     steady_state: SteadyState | None = None  # the unprofiled steps' drift check (extra warm-up)
+    timing_trace_path: Path | None = None  # the timing pass's trace (GPU runs)
+    timing_step_wall_s: tuple[float, ...] = ()  # its steps
 
 
 def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Path,
-            progress: Progress | None = None, with_stack: bool = False) -> Capture:
-    """Warm up, time `steps` unprofiled steps (until steady), then profile `steps` more.
+            progress: Progress | None = None, with_stack: bool = False, timing_pass: bool = True) -> Capture:
+    """Warm up, time `steps` unprofiled steps (until steady), then profile `steps` more (and,
+    on a GPU with `timing_pass`, `steps` more with CUDA activity only).
 
     `with_stack` records Python call stacks in the trace (for Perfetto / HTA): off unless
     asked for, since it costs host time on every op and so raises the profiler overhead."""
@@ -61,13 +70,24 @@ def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Pa
         if loaded.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(loaded.device)
         profiled = _profiled_steps(step, steps, sync, trace_path, loaded.device, report, with_stack)
-    if not trace_path.is_file():
+        timing_path, timed = None, []
+        if timing_pass and loaded.device.type == "cuda":
+            timing_path = workdir / "timing_trace.json"
+            timed = _record(step, steps, sync, timing_path, [ProfilerActivity.CUDA], _phase(report, "timing kernels"),
+                            record_shapes=False)
+    if not trace_path.is_file() or (timing_path is not None and not timing_path.is_file()):
         raise RuntimeError("torch.profiler produced no trace")
     ratio = statistics.median(profiled) / max(statistics.median(unprofiled), 1e-12)
     peak, kind = _peak_memory(loaded.device)
     return Capture(trace_path=trace_path, step_wall_s=tuple(profiled), unprofiled_step_wall_s=tuple(unprofiled),
                    profiler_overhead_ratio=ratio, peak_memory_bytes=peak, peak_memory_kind=kind,
-                   nonfinite_outputs=tuple(nonfinite), steady_state=steady)
+                   nonfinite_outputs=tuple(nonfinite), steady_state=steady,
+                   timing_trace_path=timing_path, timing_step_wall_s=tuple(timed))
+
+
+def _phase(report: Progress, phase: str) -> Progress:
+    """`report` with its phase renamed (the timing pass reports as itself, not as "profiling")."""
+    return lambda _phase, done, total: report(phase, done, total)
 
 
 @contextlib.contextmanager
@@ -154,7 +174,7 @@ def _profiled_steps(step, steps: int, sync, trace_path: Path, dev: torch.device,
 
 
 def _record(step, steps: int, sync, trace_path: Path, activities: list, report: Progress,
-            with_stack: bool = False) -> list[float]:
+            with_stack: bool = False, record_shapes: bool = True) -> list[float]:
     walls: list[float] = []
     abandoned = False  # the steps raised (Ctrl-C, the model's error): their trace is thrown away
 
@@ -167,7 +187,7 @@ def _record(step, steps: int, sync, trace_path: Path, activities: list, report: 
     # Ctrl-C waits while the profiler starts, steps, stops and exports (collect/interrupts.py):
     # a KeyboardInterrupt raised inside kineto's stop or the export has crashed the process
     # with SIGSEGV on models with many ops. The model's own steps stay interruptible.
-    with _Uninterrupted(quietly(profile(activities=activities, record_shapes=True, with_stack=with_stack,
+    with _Uninterrupted(quietly(profile(activities=activities, record_shapes=record_shapes, with_stack=with_stack,
                                         schedule=schedule(wait=0, warmup=1, active=steps),
                                         on_trace_ready=export))) as prof:
         try:

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from kernel_advisor import __version__
 from kernel_advisor.collect.attribute import Attribution
 from kernel_advisor.collect.environment import device_info, numerics_settings, versions
+from kernel_advisor.collect.kernel_timing import PASS_KERNELS_ONLY, PASS_SHAPES, KernelTiming
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.profiler import Capture, effective_dtype
 from kernel_advisor.collect.step_time import StepTime, overhead_ratio, step_time_estimate, trace_span_step_time
@@ -43,22 +44,40 @@ def _common_meta(attr: Attribution, source: str, args: dict) -> dict:
     }
 
 
-def profile_meta(loaded: LoadedModel, args: dict, cap: Capture, attr: Attribution) -> dict:
+def profile_meta(loaded: LoadedModel, args: dict, cap: Capture, attr: Attribution,
+                 timing: KernelTiming | None = None) -> dict:
+    """`timing`: how the timing pass went (None: there was none). When its durations were used,
+    its steps are the profiled steps every figure (overhead, device busy) compares against."""
     meta = _common_meta(attr, "profile", args)
+    timed_apart = timing is not None and timing.source == PASS_KERNELS_ONLY
+    profiled = cap.timing_step_wall_s if timed_apart else cap.step_wall_s
+    overhead = overhead_ratio(profiled, cap.unprofiled_step_wall_s)
     meta.update({
         "model": {"file": str(loaded.path), "sha256": loaded.sha256, "entry": loaded.entry},
         "device": device_info(loaded.device), "versions": versions(),
         "settings": numerics_settings(args["mode"], args["dtype"], effective_dtype(loaded)),
-        "step_wall_s": list(cap.step_wall_s), "unprofiled_step_wall_s": list(cap.unprofiled_step_wall_s),
+        "step_wall_s": list(profiled), "unprofiled_step_wall_s": list(cap.unprofiled_step_wall_s),
         # The one step time every command quotes (collect/step_time.py).
-        "step_s": _json_or_none(step_time_estimate(cap.step_wall_s, cap.unprofiled_step_wall_s)),
+        "step_s": _json_or_none(step_time_estimate(profiled, cap.unprofiled_step_wall_s)),
         "steady_state": _json_or_none(cap.steady_state),
-        "profiler_overhead_ratio": cap.profiler_overhead_ratio,
-        "profiler_overhead": _json_or_none(overhead_ratio(cap.step_wall_s, cap.unprofiled_step_wall_s)),
+        "profiler_overhead_ratio": overhead.value if overhead is not None else cap.profiler_overhead_ratio,
+        "profiler_overhead": _json_or_none(overhead),
+        "kernel_timing": _kernel_timing_json(cap, timing),
         "peak_memory_bytes": cap.peak_memory_bytes, "peak_memory_kind": cap.peak_memory_kind,
         "nonfinite_outputs": list(cap.nonfinite_outputs),
     })
+    if timed_apart and sum(profiled) > 0:  # busy over the steps that timed it
+        meta["device_busy_frac"] = min(attr.device_busy_s / sum(profiled), 1.0)
     return meta
+
+
+def _kernel_timing_json(cap: Capture, timing: KernelTiming | None) -> dict:
+    """Which pass timed the kernels; with a timing pass, the shapes pass's own steps and overhead too."""
+    if timing is None:
+        return {"source": PASS_SHAPES, "events": 0, "reason": None}
+    shapes_overhead = overhead_ratio(cap.step_wall_s, cap.unprofiled_step_wall_s)
+    return {**timing.to_json(), "shapes_pass_step_wall_s": list(cap.step_wall_s),
+            "shapes_pass_overhead": _json_or_none(shapes_overhead)}
 
 
 def import_meta(trace: TraceData, trace_path: Path, args: dict, attr: Attribution, device_type: str) -> dict:

@@ -78,6 +78,14 @@ class Ratio:
     def to_json(self) -> dict:
         return {"value": self.value, "low": self.low, "high": self.high}
 
+    @classmethod
+    def from_json(cls, doc: Any) -> "Ratio | None":
+        """The ratio `to_json` wrote; None for anything without a finite value."""
+        if not isinstance(doc, Mapping) or not _finite(doc.get("value")):
+            return None
+        ok = _finite(doc.get("low")) and _finite(doc.get("high"))
+        return cls(float(doc["value"]), float(doc["low"]) if ok else None, float(doc["high"]) if ok else None)
+
 
 @dataclass(frozen=True)
 class SteadyState:
@@ -182,10 +190,9 @@ def overhead_ratio(profiled_s: Sequence[float] | None, unprofiled_s: Sequence[fl
 
 def overhead_of(meta: Mapping[str, Any]) -> Ratio | None:
     """run.json's profiler overhead with its interval (worked out for an older run.json)."""
-    doc = meta.get("profiler_overhead")
-    if isinstance(doc, Mapping) and _finite(doc.get("value")):
-        ok = _finite(doc.get("low")) and _finite(doc.get("high"))
-        return Ratio(float(doc["value"]), float(doc["low"]) if ok else None, float(doc["high"]) if ok else None)
+    recorded = Ratio.from_json(meta.get("profiler_overhead"))
+    if recorded is not None:
+        return recorded
     return overhead_ratio(meta.get("step_wall_s"), meta.get("unprofiled_step_wall_s"))
 
 

@@ -40,7 +40,7 @@ KEY_TYPES: Mapping[str, tuple[type, ...]] = {
     "total_device_time_s": _NUMBER, "device_busy_s": _NUMBER, "device_busy_frac": _NUMBER,
     "nonfinite_outputs": (list,), "step_markers": (str, *_NONE),
     "step_s": (dict, *_NONE), "steady_state": (dict, *_NONE), "profiler_overhead": (dict, *_NONE),
-    "profiler_overhead_ratio": (*_NUMBER, *_NONE), "peak_memory_bytes": (int, *_NONE),
+    "profiler_overhead_ratio": (*_NUMBER, *_NONE), "kernel_timing": (dict,), "peak_memory_bytes": (int, *_NONE),
     "peak_memory_kind": (str,), "shapes_recorded": (bool,),
     "ceilings": (dict,), "coverage": (dict,), "distributed": (dict,),
 }
@@ -48,7 +48,7 @@ KEY_TYPES: Mapping[str, tuple[type, ...]] = {
 NUMBER_LISTS = ("step_wall_s", "unprofiled_step_wall_s", "trace_step_wall_s", "step_device_time_s")
 # What every writer sets (collect/run_meta.py for profile and import, so a distributed run's
 # rank 0 too), each since the first run of schema 1. The keys added since (step_markers,
-# step_s, steady_state, profiler_overhead, shapes_recorded, ceilings, coverage,
+# step_s, steady_state, profiler_overhead, kernel_timing, shapes_recorded, ceilings, coverage,
 # distributed) are optional to readers.
 WRITTEN = ("tool_version", "created", "source", "args", "steps", "trace_step_wall_s", "step_device_time_s",
            "total_device_time_s", "device_busy_s", "device_busy_frac", "files", "model", "device", "versions",

@@ -12,7 +12,7 @@ from kernel_advisor.collect.attribute import op_label
 from kernel_advisor.collect.rundir import SCHEMA_VERSION
 from kernel_advisor.collect.step_time import overhead_of, steady_state_of, steady_state_warning, step_time_of
 from kernel_advisor.records.base import json_text
-from kernel_advisor.render.step_render import overhead_text, step_text
+from kernel_advisor.render.step_render import kernel_timing_warning, overhead_basis_text, overhead_text, step_text
 from kernel_advisor.render.units import fmt_frac_pct, fmt_pct, fmt_si, fmt_time_s, shorten
 
 MODELLED_WARN_PCT = 90.0  # below this share of device time modelled, profile and import warn
@@ -90,7 +90,8 @@ def summary_line(meta: dict, run_dir) -> str:
         parts.append(f"ceilings: {ceilings_text(ceil)}")
     overhead = overhead_of(meta)
     if overhead is not None:
-        parts.append(f"profiler overhead {overhead_text(overhead)}")
+        basis = overhead_basis_text(meta)
+        parts.append(f"profiler overhead {overhead_text(overhead)}" + (f" ({basis})" if basis else ""))
     parts.append(f"trace: {run_dir}/trace.json.gz (opens in Perfetto)")
     return " · ".join(parts)
 
@@ -139,7 +140,8 @@ def calibration_warning(meta: Mapping[str, Any]) -> str | None:
 
 def run_warnings(meta: Mapping[str, Any]) -> list[str]:
     """One line per thing about the run a reader must know before trusting its numbers."""
-    lines = [steady_state_warning(steady_state_of(meta)), step_markers_warning(meta), calibration_warning(meta)]
+    lines = [steady_state_warning(steady_state_of(meta)), step_markers_warning(meta), calibration_warning(meta),
+             kernel_timing_warning(meta)]
     shapes = shapes_warning(meta)
     lines.append(shapes if shapes else coverage_warning(meta))  # no shapes: the shapes line says why
     return [line for line in lines if line]

@@ -1,6 +1,9 @@
 """The step time and the profiler overhead as people read them, the same words in every command."""
 from __future__ import annotations
 
+from typing import Any, Mapping
+
+from kernel_advisor.collect.kernel_timing import PASS_KERNELS_ONLY
 from kernel_advisor.collect.step_time import Ratio, StepTime
 from kernel_advisor.render.units import fmt_ratio, fmt_time_s
 
@@ -33,3 +36,23 @@ def overhead_text(ratio: Ratio | None) -> str:
     if ratio is None:
         return "–"
     return fmt_ratio(ratio.value, ratio.low, ratio.high)
+
+
+def overhead_basis_text(meta: Mapping[str, Any]) -> str:
+    """What the overhead compares: "kernels timed with CUDA activity only; the shapes pass 2.10×",
+    or "" for a run with one profiled pass."""
+    timing = meta.get("kernel_timing")
+    if not isinstance(timing, Mapping) or timing.get("source") != PASS_KERNELS_ONLY:
+        return ""
+    shapes = Ratio.from_json(timing.get("shapes_pass_overhead"))
+    tail = f"; the shapes pass {overhead_text(shapes)}" if shapes is not None else ""
+    return f"kernels timed with CUDA activity only{tail}"
+
+
+def kernel_timing_warning(meta: Mapping[str, Any]) -> str | None:
+    """A timing pass whose kernels could not be matched to the shapes pass's: say why and what it costs."""
+    timing = meta.get("kernel_timing")
+    if not isinstance(timing, Mapping) or not timing.get("reason"):
+        return None
+    return (f"kernel times come from the shapes pass, whose overhead is higher: {timing['reason']}; "
+            "give the model the same work every step (fixed shapes, no data-dependent branches)")
