@@ -83,10 +83,12 @@ def test_a_chain_of_pushes_accumulates():
 
 
 def _capture(trace_path, timing_walls):
-    # NB: hand-picked step times: shapes pass 2 ms a step, timing pass 1.1 ms, unprofiled 1 ms.
+    # NB: hand-picked step times: shapes pass 2 ms a step, the unprofiled steps before it 1 ms;
+    # timing pass 1.1 ms, the unprofiled steps between its steps 1.0 ms (2.2 / 2.0 = 1.1).
     return Capture(trace_path=trace_path, step_wall_s=(2e-3,) * 6, unprofiled_step_wall_s=(1e-3,) * 6,
                    profiler_overhead_ratio=2.0, peak_memory_bytes=1, peak_memory_kind="cuda_max_allocated",
-                   nonfinite_outputs=(), timing_trace_path=trace_path, timing_step_wall_s=timing_walls)
+                   nonfinite_outputs=(), timing_trace_path=trace_path, timing_step_wall_s=timing_walls,
+                   timing_unprofiled_step_wall_s=(2e-3,) * 6)
 
 
 def _meta(gpt_trace, timing_source):
@@ -94,21 +96,24 @@ def _meta(gpt_trace, timing_source):
     merged, timing = with_kernel_timings(gpt_trace, _timing_pass_of(gpt_trace, **timing_source))
     attr = attribute(merged, "cuda")
     args = {"mode": "inference", "dtype": "keep", "warmup": 1, "steps": 6}
-    return run_json(profile_meta(loaded, args, _capture(DATA / "cuda_gpt_inference.json.gz", (1.1e-3,) * 6), attr,
+    return run_json(profile_meta(loaded, args, _capture(DATA / "cuda_gpt_inference.json.gz", (2.2e-3,) * 6), attr,
                                  timing)), attr
 
 
 def test_run_json_quotes_the_timing_pass_overhead_and_keeps_the_shapes_pass_one(gpt_trace):
     meta, attr = _meta(gpt_trace, {})
-    assert meta["step_wall_s"] == [1.1e-3] * 6
+    # against the unprofiled steps timed between the timing pass's, not those before the shapes pass
+    assert meta["step_wall_s"] == [2.2e-3] * 6 and meta["step_s"]["value"] == pytest.approx(1e-3)
     assert meta["profiler_overhead"]["value"] == pytest.approx(1.1)
     assert meta["profiler_overhead_ratio"] == pytest.approx(1.1)
     timing = meta["kernel_timing"]
     assert timing["source"] == PASS_KERNELS_ONLY and timing["shapes_pass_step_wall_s"] == [2e-3] * 6
+    assert timing["unprofiled_step_wall_s"] == [2e-3] * 6
     assert timing["shapes_pass_overhead"]["value"] == pytest.approx(2.0)
-    assert meta["device_busy_frac"] == pytest.approx(min(attr.device_busy_s / 6.6e-3, 1.0))
+    assert meta["device_busy_frac"] == pytest.approx(min(attr.device_busy_s / 13.2e-3, 1.0))
     line = summary_line(meta, "RUN")
-    assert "profiler overhead 1.10×" in line and "kernels timed with CUDA activity only; the shapes pass 2.00×" in line
+    assert "profiler overhead 1.10×" in line
+    assert "kernels timed with CUDA activity only; the shapes pass 2.00×" in line
     assert not any("kernel times" in w for w in run_warnings(meta))
 
 

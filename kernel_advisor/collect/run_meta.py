@@ -51,7 +51,9 @@ def profile_meta(loaded: LoadedModel, args: dict, cap: Capture, attr: Attributio
     meta = _common_meta(attr, "profile", args)
     timed_apart = timing is not None and timing.source == PASS_KERNELS_ONLY
     profiled = cap.timing_step_wall_s if timed_apart else cap.step_wall_s
-    overhead = overhead_ratio(profiled, cap.unprofiled_step_wall_s)
+    # The timing pass's steps against the unprofiled ones timed between them (collect/profiler.py).
+    unprofiled = cap.timing_unprofiled_step_wall_s if timed_apart else cap.unprofiled_step_wall_s
+    overhead = overhead_ratio(profiled, unprofiled)
     meta.update({
         "model": {"file": str(loaded.path), "sha256": loaded.sha256, "entry": loaded.entry},
         "device": device_info(loaded.device), "versions": versions(),
@@ -76,8 +78,8 @@ def _kernel_timing_json(cap: Capture, timing: KernelTiming | None) -> dict:
     if timing is None:
         return {"source": PASS_SHAPES, "events": 0, "reason": None}
     shapes_overhead = overhead_ratio(cap.step_wall_s, cap.unprofiled_step_wall_s)
-    return {**timing.to_json(), "shapes_pass_step_wall_s": list(cap.step_wall_s),
-            "shapes_pass_overhead": _json_or_none(shapes_overhead)}
+    return {**timing.to_json(), "unprofiled_step_wall_s": list(cap.timing_unprofiled_step_wall_s),
+            "shapes_pass_step_wall_s": list(cap.step_wall_s), "shapes_pass_overhead": _json_or_none(shapes_overhead)}
 
 
 def import_meta(trace: TraceData, trace_path: Path, args: dict, attr: Attribution, device_type: str) -> dict:
