@@ -49,7 +49,7 @@ def test_profile_gpt_example_writes_a_complete_run(advisor_home, examples_dir, m
 
 
 def test_profile_json_output_is_machine_readable(advisor_home, examples_dir):
-    res = advisor("profile", f"{examples_dir}/mlp.py", "--device", "cpu", "--steps", 1, "--warmup", 0,
+    res = advisor("profile", f"{examples_dir}/mlp.py", "--device", "cpu", "--steps", 3, "--warmup", 1,
                   "--json", "--top", 3)
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)

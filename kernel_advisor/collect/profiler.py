@@ -8,10 +8,9 @@ On a GPU the profiled steps run twice: the shapes pass records CPU ops with thei
 the kernels they launch (the trace), the timing pass CUDA activity only. The timing pass's
 kernel durations replace the shapes pass's (collect/kernel_timing.py), and its steps are the
 ones the overhead compares: recording every op's shapes costs host time on each op, which a
-host-bound step cannot hide. Inside the timing pass every profiled step is followed by one
-with CUDA collection toggled off, and the overhead is the ratio of those two sets' medians: on
-a host whose step time wanders by tens of percent from one second to the next, steps timed
-side by side are the only fair comparison.
+host-bound step cannot hide. The overhead compares the timing pass with unprofiled steps timed
+right before it: a GPU machine's host speed wanders by tens of percent within seconds, so
+steps timed minutes apart (before the shapes pass) would compare two hosts.
 """
 from __future__ import annotations
 
@@ -51,7 +50,7 @@ class Capture:
     steady_state: SteadyState | None = None  # the unprofiled steps' drift check (extra warm-up)
     timing_trace_path: Path | None = None  # the timing pass's trace (GPU runs)
     timing_step_wall_s: tuple[float, ...] = ()  # its steps
-    timing_unprofiled_step_wall_s: tuple[float, ...] = ()  # its steps with collection off, one after each
+    timing_unprofiled_step_wall_s: tuple[float, ...] = ()  # unprofiled steps timed right before it
 
 
 def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Path,
@@ -74,11 +73,12 @@ def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Pa
         if loaded.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(loaded.device)
         profiled = _profiled_steps(step, steps, sync, trace_path, loaded.device, report, with_stack)
-        timing_path, timed, between = None, [], []
+        timing_path, timed, before = None, [], []
         if timing_pass and loaded.device.type == "cuda":
             timing_path = workdir / "timing_trace.json"
-            timed, between = _record(step, steps, sync, timing_path, [ProfilerActivity.CUDA],
-                                     _phase(report, "timing kernels"), record_shapes=False, interleave=True)
+            before = _timed_steps(step, steps, sync, report)
+            timed = _record(step, steps, sync, timing_path, [ProfilerActivity.CUDA],
+                            _phase(report, "timing kernels"), record_shapes=False, one_window=True)
     if not trace_path.is_file() or (timing_path is not None and not timing_path.is_file()):
         raise RuntimeError("torch.profiler produced no trace")
     ratio = statistics.median(profiled) / max(statistics.median(unprofiled), 1e-12)
@@ -87,7 +87,7 @@ def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Pa
                    profiler_overhead_ratio=ratio, peak_memory_bytes=peak, peak_memory_kind=kind,
                    nonfinite_outputs=tuple(nonfinite), steady_state=steady,
                    timing_trace_path=timing_path, timing_step_wall_s=tuple(timed),
-                   timing_unprofiled_step_wall_s=tuple(between))
+                   timing_unprofiled_step_wall_s=tuple(before))
 
 
 def _phase(report: Progress, phase: str) -> Progress:
@@ -175,16 +175,15 @@ def _profiled_steps(step, steps: int, sync, trace_path: Path, dev: torch.device,
     # The trace is exported from on_trace_ready: the profiler drops its events when the cycle ends.
     # That is also what torch warns about on every run; we export the one cycle we need, so the
     # warning is filtered with kineto's start/stop lines (collect/profiler_output.py).
-    return _record(step, steps, sync, trace_path, activities, report, with_stack)[0]
+    return _record(step, steps, sync, trace_path, activities, report, with_stack)
 
 
 def _record(step, steps: int, sync, trace_path: Path, activities: list, report: Progress,
-            with_stack: bool = False, record_shapes: bool = True,
-            interleave: bool = False) -> tuple[list[float], list[float]]:
-    """(profiled step times, unprofiled ones); with `interleave`, each profiled step is followed
-    by one with collection off (toggle_collection_dynamic), else there are no unprofiled ones."""
+            with_stack: bool = False, record_shapes: bool = True, one_window: bool = False) -> list[float]:
+    """The profiled steps' times. `one_window`: all steps in one profiler step, so no
+    prof.step() runs between them (the open ProfilerStep range it leaves costs the next step
+    host time: 6 % of a 0.4 ms step on an H200 host), and no per-step marker is recorded."""
     walls: list[float] = []
-    between: list[float] = []
     abandoned = False  # the steps raised (Ctrl-C, the model's error): their trace is thrown away
 
     def export(p) -> None:
@@ -197,7 +196,7 @@ def _record(step, steps: int, sync, trace_path: Path, activities: list, report: 
     # a KeyboardInterrupt raised inside kineto's stop or the export has crashed the process
     # with SIGSEGV on models with many ops. The model's own steps stay interruptible.
     with _Uninterrupted(quietly(profile(activities=activities, record_shapes=record_shapes, with_stack=with_stack,
-                                        schedule=schedule(wait=0, warmup=1, active=steps),
+                                        schedule=schedule(wait=0, warmup=1, active=1 if one_window else steps),
                                         on_trace_ready=export))) as prof:
         try:
             for i in range(steps + 1):  # step 0 is the profiler's own warm-up, discarded
@@ -205,27 +204,16 @@ def _record(step, steps: int, sync, trace_path: Path, activities: list, report: 
                     wall = _one_timed(step, sync)
                 if i > 0:
                     walls.append(wall)
-                    if interleave:
-                        between.append(_uncollected(prof, activities, step, sync))
                     report("profiling", i, steps)
+                if one_window and 0 < i < steps:
+                    continue
                 # A cycle's end: stop, export the trace, start the next.
                 with deferred_sigint(), profiler_output_filtered():
                     prof.step()
         except BaseException:
             abandoned = True
             raise
-    return walls, between
-
-
-def _uncollected(prof, activities: list, step, sync) -> float:
-    """One step timed with the profiler's collection off: no CUPTI activity, no op events."""
-    with deferred_sigint():
-        prof.toggle_collection_dynamic(False, activities)
-    try:
-        return _one_timed(step, sync)
-    finally:
-        with deferred_sigint():
-            prof.toggle_collection_dynamic(True, activities)
+    return walls
 
 
 class _Uninterrupted:
