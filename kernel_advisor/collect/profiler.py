@@ -9,8 +9,9 @@ the kernels they launch (the trace), the timing pass CUDA activity only. The tim
 kernel durations replace the shapes pass's (collect/kernel_timing.py), and its steps are the
 ones the overhead compares: recording every op's shapes costs host time on each op, which a
 host-bound step cannot hide. The overhead compares the timing pass with unprofiled steps timed
-right before it: a GPU machine's host speed wanders by tens of percent within seconds, so
-steps timed minutes apart (before the shapes pass) would compare two hosts.
+right before and right after it: a GPU machine's host speed wanders by tens of percent within
+seconds, so steps timed long before (ahead of the shapes pass) would compare two hosts, and
+the bracket cancels a drift either way.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from torch._C._profiler import _ExperimentalConfig
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from kernel_advisor.collect.counts import validate_counts
@@ -50,7 +52,7 @@ class Capture:
     steady_state: SteadyState | None = None  # the unprofiled steps' drift check (extra warm-up)
     timing_trace_path: Path | None = None  # the timing pass's trace (GPU runs)
     timing_step_wall_s: tuple[float, ...] = ()  # its steps
-    timing_unprofiled_step_wall_s: tuple[float, ...] = ()  # unprofiled steps timed right before it
+    timing_unprofiled_step_wall_s: tuple[float, ...] = ()  # unprofiled steps timed right before and after it
 
 
 def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Path,
@@ -73,12 +75,13 @@ def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Pa
         if loaded.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(loaded.device)
         profiled = _profiled_steps(step, steps, sync, trace_path, loaded.device, report, with_stack)
-        timing_path, timed, before = None, [], []
+        timing_path, timed, around = None, [], []
         if timing_pass and loaded.device.type == "cuda":
             timing_path = workdir / "timing_trace.json"
-            before = _timed_steps(step, steps, sync, report)
+            around = _timed_steps(step, steps, sync, report)
             timed = _record(step, steps, sync, timing_path, [ProfilerActivity.CUDA],
                             _phase(report, "timing kernels"), record_shapes=False, one_window=True)
+            around += _timed_steps(step, steps, sync, report)
     if not trace_path.is_file() or (timing_path is not None and not timing_path.is_file()):
         raise RuntimeError("torch.profiler produced no trace")
     ratio = statistics.median(profiled) / max(statistics.median(unprofiled), 1e-12)
@@ -87,7 +90,7 @@ def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Pa
                    profiler_overhead_ratio=ratio, peak_memory_bytes=peak, peak_memory_kind=kind,
                    nonfinite_outputs=tuple(nonfinite), steady_state=steady,
                    timing_trace_path=timing_path, timing_step_wall_s=tuple(timed),
-                   timing_unprofiled_step_wall_s=tuple(before))
+                   timing_unprofiled_step_wall_s=tuple(around))
 
 
 def _phase(report: Progress, phase: str) -> Progress:
@@ -195,9 +198,12 @@ def _record(step, steps: int, sync, trace_path: Path, activities: list, report: 
     # Ctrl-C waits while the profiler starts, steps, stops and exports (collect/interrupts.py):
     # a KeyboardInterrupt raised inside kineto's stop or the export has crashed the process
     # with SIGSEGV on models with many ops. The model's own steps stay interruptible.
+    # NB: the timing pass (one_window) matches kernels by CUPTI's own correlation ids; with no op
+    # events to link them to, the per-op external correlation push is work for nothing.
+    extra = {"experimental_config": _ExperimentalConfig(disable_external_correlation=True)} if one_window else {}
     with _Uninterrupted(quietly(profile(activities=activities, record_shapes=record_shapes, with_stack=with_stack,
                                         schedule=schedule(wait=0, warmup=1, active=1 if one_window else steps),
-                                        on_trace_ready=export))) as prof:
+                                        on_trace_ready=export, **extra))) as prof:
         try:
             for i in range(steps + 1):  # step 0 is the profiler's own warm-up, discarded
                 with nvtx_range(f"advisor/step#{i}"), record_function(f"advisor::step#{i}"):

@@ -51,7 +51,7 @@ def profile_meta(loaded: LoadedModel, args: dict, cap: Capture, attr: Attributio
     meta = _common_meta(attr, "profile", args)
     timed_apart = timing is not None and timing.source == PASS_KERNELS_ONLY
     profiled = cap.timing_step_wall_s if timed_apart else cap.step_wall_s
-    # The timing pass's steps against the unprofiled ones timed right before it (collect/profiler.py).
+    # The timing pass's steps against the unprofiled ones timed right before and after it (collect/profiler.py).
     unprofiled = cap.timing_unprofiled_step_wall_s if timed_apart else cap.unprofiled_step_wall_s
     overhead = overhead_ratio(profiled, unprofiled)
     meta.update({
