@@ -159,8 +159,15 @@ def render(df: pd.DataFrame) -> str:
     if len(host):
         lines += ["", f"Host-bound workloads (device busy < {HOST_BOUND_BUSY:.0%}): "
                       f"{int((host['overhead'] <= AIM).sum())} of {len(host)} within {AIM}×; the largest "
-                      f"overhead {host['overhead'].max():.3f}× ({host.loc[host['overhead'].idxmax(), 'model']})."]
+                      f"overhead {host['overhead'].max():.3f}× ({host.loc[host['overhead'].idxmax(), 'model']})."
+                      + _shapes_range(host)]
     return "\n".join(lines)
+
+
+def _shapes_range(rows: pd.DataFrame) -> str:
+    """" The shapes pass alone: 1.72–2.36×.", or "" for rows measured before the timing pass."""
+    shapes = rows["shapes_pass_overhead"].dropna() if "shapes_pass_overhead" in rows else rows.iloc[:0]
+    return f" The shapes pass alone: {shapes.min():.2f}–{shapes.max():.2f}×." if len(shapes) else ""
 
 
 def _ratio(row, column: str) -> str:

@@ -31,7 +31,7 @@ def test_render_judges_only_host_bound_rows_against_the_aim():
     assert rows["gpt_block"].endswith("| no | – |")  # device-bound: not held to 1.15x
     assert rows["vit_tiny"].endswith("| yes | yes |")
     assert rows["resnet_basic"].endswith("| yes | **no** |")
-    assert "1 of 2 within 1.15×; the largest overhead 1.400× (resnet_basic)" in text
+    assert "1 of 2 within 1.15×; the largest overhead 1.400× (resnet_basic). The shapes pass alone: 2.00–2.00×." in text
 
 
 def test_rows_measured_before_the_timing_pass_render_dashes():
