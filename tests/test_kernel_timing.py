@@ -124,3 +124,26 @@ def test_run_json_says_why_the_timing_pass_was_not_used(gpt_trace):
     warning = [w for w in run_warnings(meta) if w.startswith("kernel times come from the shapes pass")]
     assert len(warning) == 1 and "GPU events" in warning[0]
     assert "CUDA activity only" not in summary_line(meta, "RUN")
+
+
+@pytest.mark.parametrize("steps", [1, 4])
+def test_one_window_records_every_step_but_the_warm_up(tmp_path, steps):
+    # The timing pass's recording: one profiler step holds all timed steps. On CPU the same
+    # schedule records CPU ops: 3 aten::mm a step, so 3 * steps of them, none from the warm-up.
+    import torch
+    from torch.profiler import ProfilerActivity
+
+    from kernel_advisor.collect.profiler import _record
+
+    a = torch.randn(8, 8)
+    calls = []
+
+    def step():
+        calls.append(1)
+        return a @ a @ a @ a
+
+    walls = _record(step, steps, lambda: None, tmp_path / "t.json", [ProfilerActivity.CPU],
+                    lambda *args: None, record_shapes=False, one_window=True)
+    assert len(walls) == steps and len(calls) == steps + 1
+    mm = read_trace(tmp_path / "t.json").cpu_ops
+    assert (mm["name"] == "aten::mm").sum() == 3 * steps

@@ -34,7 +34,7 @@ def profile_cmd(
     nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", help="Ranks to launch through torch.distributed.run (one GPU each, NCCL; gloo on CPU). Train mode wraps the model in DDP unless the file defines wrap_distributed(model).")] = 1,
     fsdp: Annotated[bool, typer.Option("--fsdp", help="With --nproc-per-node > 1 in train mode: shard with FSDP2 instead of DDP.")] = False,
     region: Annotated[Optional[str], typer.Option(help="Show only ops inside this NVTX / record_function region (name or glob); the run keeps everything.")] = None,
-    with_stack: Annotated[bool, typer.Option("--with-stack", help="Record Python call stacks in the trace (Perfetto, HTA); raises the profiler overhead.")] = False,
+    with_stack: Annotated[bool, typer.Option("--with-stack", help="Record Python call stacks in the trace (Perfetto, HTA); slows the steps that record shapes (on a GPU the kernels are timed in a pass without it).")] = False,
 ) -> None:
     """Profile MODEL on the device, attribute device time to ops, classify each hotspot on the roofline."""
     validate_counts(warmup, steps)

@@ -61,7 +61,7 @@ def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Pa
     on a GPU with `timing_pass`, `steps` more with CUDA activity only).
 
     `with_stack` records Python call stacks in the trace (for Perfetto / HTA): off unless
-    asked for, since it costs host time on every op and so raises the profiler overhead."""
+    asked for, since it costs host time on every op (on a GPU, in the shapes pass only)."""
     validate_counts(warmup, steps)
     step = make_step(loaded, mode)
     report = progress or (lambda phase, done, total: None)
