@@ -7,7 +7,7 @@ median unprofiled step, with the interval (`profiler_overhead`). Rows are upsert
 benchmarks/data/profile_overhead.csv keyed by (model, mode, gpu); `--render` writes
 docs/benchmarks.md's "Profiling overhead" block from that CSV (no GPU needed).
 
-    python3 benchmarks/bench_profile.py --csv benchmarks/data/profile_overhead.csv [--only vit_tiny ...]
+    python3 benchmarks/bench_profile.py --csv benchmarks/data/profile_overhead.csv [--only vit_tiny ...] [--repeat 3]
     python3 benchmarks/bench_profile.py --render [--check]
 
 A copy of the tree without .git: ADVISOR_COMMIT=<short hash> stamps the commit measured.
@@ -72,6 +72,7 @@ WORKLOADS = (
 def profile_once(w: Workload, work: Path, device: str = "cuda") -> dict:
     """One `advisor profile` of `w`: the overhead figures of its run.json."""
     out = work / f"{w.name}-{w.mode}"
+    work.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "kernel_advisor", "profile", str(REPO / w.model), "--device", device,
            "--dtype", "bfloat16", "--mode", w.mode, "--steps", str(STEPS), "--warmup", str(WARMUP),
            "--out", str(out)]
@@ -112,24 +113,34 @@ def read_csv(path: Path) -> pd.DataFrame:
     return pd.read_csv(path) if path.is_file() else pd.DataFrame()
 
 
-def measure(csv: Path, only: list[str]) -> int:
+def measure(csv: Path, only: list[str], repeat: int = 1) -> int:
     chosen = [w for w in WORKLOADS if not only or w.name in only]
     stamp, rows, failed = stamps(), [], 0
     with tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
         for w in chosen:
             try:
-                row = {**profile_once(w, Path(tmp)), **stamp}
+                runs = [profile_once(w, Path(tmp) / f"run{i}") for i in range(repeat)]
             except (RuntimeError, subprocess.TimeoutExpired, KeyError, OSError) as exc:
                 failed += 1
                 print(f"FAILED {w.name} {w.mode}: {exc}", flush=True)
                 continue
+            row = {**median_run(runs), **stamp}
             rows.append(row)
             print(f"{w.name:24s} {w.mode:9s} step {row['step_unprofiled_s'] * 1e3:8.3f} ms, overhead "
                   f"{row['overhead']:.3f}x [{row['overhead_low']:.3f}-{row['overhead_high']:.3f}], busy "
-                  f"{row['device_busy_frac']:.2f}", flush=True)
+                  f"{row['device_busy_frac']:.2f}, runs {row['overhead_runs']}", flush=True)
     if rows:
         write_csv_atomic(upsert_rows(read_csv(csv), pd.DataFrame(rows), KEY), csv)
     return 1 if failed else 0
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The run whose overhead is the median of the runs' (the lower middle one for an even count),
+    with every run's overhead in order: a host's speed wanders from one process to the next, and
+    one run alone does not show by how much."""
+    ranked = sorted(runs, key=lambda r: r["overhead"])
+    return {**ranked[(len(ranked) - 1) // 2], "repeats": len(runs),
+            "overhead_runs": ";".join(f"{r['overhead']:.3f}" for r in runs)}
 
 
 # ---------------------------------------------------------------- rendering
@@ -145,15 +156,17 @@ def render(df: pd.DataFrame) -> str:
              f"settings (shapes recorded, no stacks); overhead = median profiled step / median "
              f"unprofiled step, with its interval from run.json. The profiled steps are the timing "
              f"pass's (CUDA activity only) when its kernels matched the shapes pass's "
-             f"(`kernel timing` kernels-only); the shapes pass's own overhead is beside it.", "",
-             "| model | mode | step unprofiled | overhead [interval] | kernel timing | shapes pass | device busy "
-             "| host-bound | within 1.15× |",
-             "|---|---|---:|---|---|---|---:|---|---|"]
+             f"(`kernel timing` kernels-only); the shapes pass's own overhead is beside it. `runs`: "
+             f"the overhead of each of the workload's profiles (separate processes, `--repeat`); the "
+             f"row is the run with the median one.", "",
+             "| model | mode | step unprofiled | overhead [interval] | runs | kernel timing | shapes pass "
+             "| device busy | host-bound | within 1.15× |",
+             "|---|---|---:|---|---|---|---|---:|---|---|"]
     for r in df.sort_values(["device_busy_frac"]).itertuples():
         host = r.device_busy_frac < HOST_BOUND_BUSY
         within = ("yes" if r.overhead <= AIM else "**no**") if host else "–"
         lines.append(f"| {r.model} | {r.mode} | {r.step_unprofiled_s * 1e3:.3f} ms | {_ratio(r, 'overhead')} | "
-                     f"{_text(getattr(r, 'kernel_timing', None))} | {_ratio(r, 'shapes_pass_overhead')} | "
+                     f"{_runs(getattr(r, 'overhead_runs', None))} | {_text(getattr(r, 'kernel_timing', None))} | {_ratio(r, 'shapes_pass_overhead')} | "
                      f"{r.device_busy_frac * 100:.0f} % | {'yes' if host else 'no'} | {within} |")
     host = df[df["device_busy_frac"] < HOST_BOUND_BUSY]
     if len(host):
@@ -175,6 +188,13 @@ def _ratio(row, column: str) -> str:
     if value is None or value != value:  # a row measured before the column existed
         return "–"
     return f"{value:.3f}× [{getattr(row, column + '_low'):.3f}–{getattr(row, column + '_high'):.3f}]"
+
+
+def _runs(value) -> str:
+    """"1.134× · 1.192× · 1.106×" (the row is the median run), "–" for a single run or an old row."""
+    if not isinstance(value, str) or ";" not in value:
+        return "–"
+    return " · ".join(f"{float(v):.3f}×" for v in value.split(";"))
 
 
 def _text(value) -> str:
@@ -202,13 +222,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
     ap.add_argument("--only", nargs="*", default=[], help="workload model names (stems)")
+    ap.add_argument("--repeat", type=int, default=1, help="profile each workload this many times (processes); "
+                    "the run with the median overhead is kept, every run's overhead beside it")
     ap.add_argument("--render", action="store_true", help="write docs/benchmarks.md's block from the CSV")
     ap.add_argument("--check", action="store_true", help="with --render: fail when the docs are stale")
     ap.add_argument("--docs", type=Path, default=DOCS)
     a = ap.parse_args(argv)
     if a.render:
         return render_docs(a.csv, a.docs, a.check)
-    return measure(a.csv, a.only)
+    return measure(a.csv, a.only, a.repeat)
 
 
 if __name__ == "__main__":

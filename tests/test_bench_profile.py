@@ -37,7 +37,7 @@ def test_render_judges_only_host_bound_rows_against_the_aim():
 def test_rows_measured_before_the_timing_pass_render_dashes():
     old = {k: v for k, v in _row("vit_tiny", "inference", 2.1, 0.2).items() if "shapes" not in k and k != "kernel_timing"}
     line = [x for x in bp.render(pd.DataFrame([old])).splitlines() if x.startswith("| vit_tiny")][0]
-    assert "| 2.100× [2.090–2.120] | – | – | 20 % |" in line
+    assert "| 2.100× [2.090–2.120] | – | – | – | 20 % |" in line
 
 
 def test_render_docs_splices_and_checks(tmp_path):
@@ -46,8 +46,8 @@ def test_render_docs_splices_and_checks(tmp_path):
     docs.write_text(f"# B\n\n## Profiling overhead\n\n{bp.BEGIN}\n{bp.END}\n\n## Next\n", encoding="utf-8")
     assert bp.render_docs(csv, docs, check=True) == 1  # stale
     assert bp.render_docs(csv, docs, check=False) == 0
-    assert ("| vit_tiny | inference | 1.000 ms | 1.120× [1.110–1.140] | kernels-only | 2.000× [1.900–2.100] | 40 % "
-            "| yes | yes |") in docs.read_text()
+    assert ("| vit_tiny | inference | 1.000 ms | 1.120× [1.110–1.140] | – | kernels-only | 2.000× [1.900–2.100] "
+            "| 40 % | yes | yes |") in docs.read_text()
     assert bp.render_docs(csv, docs, check=True) == 0
     assert bp.render_docs(tmp_path / "missing.csv", docs, check=False) == 1
 
@@ -55,3 +55,12 @@ def test_render_docs_splices_and_checks(tmp_path):
 @pytest.mark.parametrize("w", bp.WORKLOADS, ids=lambda w: f"{w.name}-{w.mode}")
 def test_declared_workloads_exist(w):
     assert (bp.REPO / w.model).is_file()
+
+
+def test_repeated_runs_keep_the_median_run_and_list_every_overhead():
+    runs = [{"overhead": v, "tag": i} for i, v in enumerate([1.19, 1.10, 1.13])]
+    row = bp.median_run(runs)
+    assert row["tag"] == 2 and row["repeats"] == 3 and row["overhead_runs"] == "1.190;1.100;1.130"
+    assert bp.median_run(runs[:2])["tag"] == 1  # even count: the lower middle run
+    df = pd.DataFrame([{**_row("vit_tiny", "inference", 1.13, 0.4), "overhead_runs": "1.190;1.100;1.130"}])
+    assert "| 1.190× · 1.100× · 1.130× | kernels-only |" in bp.render(df)
