@@ -108,7 +108,7 @@ def profile(model: Any, inputs: Inputs, *, device: str = "auto", dtype: str = "k
 
     `autocast` ("bfloat16" or "float16") runs every step under torch.autocast with the model left
     in float32, as `advisor profile --autocast`: for models that make float32 tensors in forward.
-    `with_stack` records Python call stacks in the trace, as `--with-stack` (more overhead).
+    `with_stack` records Python call stacks in the trace, as `--with-stack` (slows the shapes pass).
     """
     loaded = loaded_from_module(model, inputs, device=device, dtype=dtype, loss_fn=loss_fn, seed=seed,
                                 autocast=autocast)
