@@ -166,7 +166,8 @@ def render(df: pd.DataFrame) -> str:
         host = r.device_busy_frac < HOST_BOUND_BUSY
         within = ("yes" if r.overhead <= AIM else "**no**") if host else "–"
         lines.append(f"| {r.model} | {r.mode} | {r.step_unprofiled_s * 1e3:.3f} ms | {_ratio(r, 'overhead')} | "
-                     f"{_runs(getattr(r, 'overhead_runs', None))} | {_text(getattr(r, 'kernel_timing', None))} | {_ratio(r, 'shapes_pass_overhead')} | "
+                     f"{_runs(getattr(r, 'overhead_runs', None))} | {_text(getattr(r, 'kernel_timing', None))} | "
+                     f"{_ratio(r, 'shapes_pass_overhead')} | "
                      f"{r.device_busy_frac * 100:.0f} % | {'yes' if host else 'no'} | {within} |")
     host = df[df["device_busy_frac"] < HOST_BOUND_BUSY]
     if len(host):

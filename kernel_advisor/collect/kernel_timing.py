@@ -77,17 +77,18 @@ def _mismatch(a: pd.DataFrame, b: pd.DataFrame) -> str | None:
 
 def relaid_starts_us(gpu: pd.DataFrame) -> np.ndarray:
     """Each event's start, moved later only as far as the end of the event before it on its stream."""
-    # In start order on one stream, end_i = max(start_i, end_{i-1}) + dur_i. Unrolled:
-    # end_i = D_i + max_{j<=i}(start_j - D_{j-1}) with D the running sum of durations, a cummax.
-    starts = gpu["ts_us"].to_numpy(float)
+    starts = gpu["ts_us"].to_numpy(float).copy()
+    durs = gpu["dur_us"].to_numpy(float)
     keys = gpu["device"].to_numpy() * (1 << 32) + gpu["stream"].to_numpy()
     order = np.lexsort((starts, keys))
-    s, d, k = starts[order], gpu["dur_us"].to_numpy(float)[order], keys[order]
-    sums = pd.Series(d).groupby(k).cumsum().to_numpy()
-    ends = sums + pd.Series(s - (sums - d)).groupby(k).cummax().to_numpy()
-    out = np.empty_like(starts)
-    out[order] = ends - d
-    return out
+    prev_key, prev_end = None, -np.inf
+    for i in order:
+        if keys[i] != prev_key:
+            prev_key, prev_end = keys[i], -np.inf
+        if starts[i] < prev_end:
+            starts[i] = prev_end
+        prev_end = starts[i] + durs[i]
+    return starts
 
 
 def _short(name: str, limit: int = 60) -> str:

@@ -78,7 +78,10 @@ def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Pa
         timing_path, timed, around = None, [], []
         if timing_pass and loaded.device.type == "cuda":
             timing_path = workdir / "timing_trace.json"
-            timed, around = _timing_pass(step, steps, sync, timing_path, report)
+            around = _timed_steps(step, steps, sync, report)
+            timed = _record(step, steps, sync, timing_path, [ProfilerActivity.CUDA],
+                            _phase(report, "timing kernels"), record_shapes=False, one_window=True)
+            around += _timed_steps(step, steps, sync, report)
     if not trace_path.is_file() or (timing_path is not None and not timing_path.is_file()):
         raise RuntimeError("torch.profiler produced no trace")
     ratio = statistics.median(profiled) / max(statistics.median(unprofiled), 1e-12)
@@ -88,14 +91,6 @@ def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Pa
                    nonfinite_outputs=tuple(nonfinite), steady_state=steady,
                    timing_trace_path=timing_path, timing_step_wall_s=tuple(timed),
                    timing_unprofiled_step_wall_s=tuple(around))
-
-
-def _timing_pass(step, steps: int, sync, trace_path: Path, report: Progress) -> tuple[list[float], list[float]]:
-    """(the timing pass's step times, the unprofiled ones timed right before and right after it)."""
-    around = _timed_steps(step, steps, sync, report)
-    timed = _record(step, steps, sync, trace_path, [ProfilerActivity.CUDA], _phase(report, "timing kernels"),
-                    record_shapes=False, one_window=True)
-    return timed, around + _timed_steps(step, steps, sync, report)
 
 
 def _phase(report: Progress, phase: str) -> Progress:

@@ -76,7 +76,7 @@ def profile_meta(loaded: LoadedModel, args: dict, cap: Capture, attr: Attributio
 def _kernel_timing_json(cap: Capture, timing: KernelTiming | None) -> dict:
     """Which pass timed the kernels; with a timing pass, the shapes pass's own steps and overhead too."""
     if timing is None:
-        return {"source": PASS_SHAPES, "events": 0, "reason": None}
+        return KernelTiming(PASS_SHAPES, 0).to_json()
     shapes_overhead = overhead_ratio(cap.step_wall_s, cap.unprofiled_step_wall_s)
     return {**timing.to_json(), "unprofiled_step_wall_s": list(cap.timing_unprofiled_step_wall_s),
             "shapes_pass_step_wall_s": list(cap.step_wall_s), "shapes_pass_overhead": _json_or_none(shapes_overhead)}

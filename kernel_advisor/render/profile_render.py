@@ -12,7 +12,7 @@ from kernel_advisor.collect.attribute import op_label
 from kernel_advisor.collect.rundir import SCHEMA_VERSION
 from kernel_advisor.collect.step_time import overhead_of, steady_state_of, steady_state_warning, step_time_of
 from kernel_advisor.records.base import json_text
-from kernel_advisor.render.step_render import kernel_timing_warning, overhead_basis_text, overhead_text, step_text
+from kernel_advisor.render.step_render import kernel_timing_warning, overhead_figure_text, step_text
 from kernel_advisor.render.units import fmt_frac_pct, fmt_pct, fmt_si, fmt_time_s, shorten
 
 MODELLED_WARN_PCT = 90.0  # below this share of device time modelled, profile and import warn
@@ -88,10 +88,8 @@ def summary_line(meta: dict, run_dir) -> str:
     ceil = meta.get("ceilings") or {}
     if ceil.get("source"):
         parts.append(f"ceilings: {ceilings_text(ceil)}")
-    overhead = overhead_of(meta)
-    if overhead is not None:
-        basis = overhead_basis_text(meta)
-        parts.append(f"profiler overhead {overhead_text(overhead)}" + (f" ({basis})" if basis else ""))
+    if overhead_of(meta) is not None:
+        parts.append(f"profiler overhead {overhead_figure_text(meta)}")
     parts.append(f"trace: {run_dir}/trace.json.gz (opens in Perfetto)")
     return " · ".join(parts)
 

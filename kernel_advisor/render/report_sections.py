@@ -12,10 +12,10 @@ from typing import Any, Mapping
 import pandas as pd
 
 from kernel_advisor.analyze.roofline import VERDICTS
-from kernel_advisor.collect.step_time import overhead_of, step_time_of
+from kernel_advisor.collect.step_time import step_time_of
 from kernel_advisor.render.profile_render import ceilings_text, run_warnings
 from kernel_advisor.render.report_template import Html, h, join
-from kernel_advisor.render.step_render import overhead_basis_text, overhead_text, step_value_text
+from kernel_advisor.render.step_render import overhead_figure_text, step_value_text
 from kernel_advisor.render.units import fmt_frac_pct, fmt_pct, fmt_si, fmt_time_s, shorten
 
 _VERDICT_VARS = {"compute-bound": "--compute", "memory-bound": "--memory", "under-occupied": "--occupancy",
@@ -120,7 +120,7 @@ def summary_section(meta: Mapping[str, Any], ops: pd.DataFrame) -> Html:
         _figure("device time modelled", fmt_pct((meta.get("coverage") or {}).get("modelled_time_pct"))),
         _figure("time above roofline per step", fmt_time_s(headroom)),
         _figure("peak memory", fmt_si(meta.get("peak_memory_bytes"), "B")),
-        _figure("profiler overhead (profiled / unprofiled median)", _overhead_figure(meta)),
+        _figure("profiler overhead (profiled / unprofiled median)", overhead_figure_text(meta)),
     ]
     model, args = meta.get("model") or {}, meta.get("args") or {}
     details = {"model file": model.get("file"), "source": meta.get("source"), "created": meta.get("created"),
@@ -293,8 +293,3 @@ def regions_section(ops: pd.DataFrame, meta: Mapping[str, Any]) -> Html:
                   "their parents.", class_="note")
     return h("section", h("h2", "Regions"), note,
              h("table", h("thead", head), h("tbody", rows), class_="sortable", id="region-table"), id="regions")
-
-
-def _overhead_figure(meta: Mapping[str, Any]) -> str:
-    basis = overhead_basis_text(meta)
-    return overhead_text(overhead_of(meta)) + (f" ({basis})" if basis else "")

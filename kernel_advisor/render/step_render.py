@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from kernel_advisor.collect.kernel_timing import PASS_KERNELS_ONLY
-from kernel_advisor.collect.step_time import Ratio, StepTime
+from kernel_advisor.collect.step_time import Ratio, StepTime, overhead_of
 from kernel_advisor.render.units import fmt_ratio, fmt_time_s
 
 
@@ -36,6 +36,13 @@ def overhead_text(ratio: Ratio | None) -> str:
     if ratio is None:
         return "–"
     return fmt_ratio(ratio.value, ratio.low, ratio.high)
+
+
+def overhead_figure_text(meta: Mapping[str, Any]) -> str:
+    """"1.08× [1.02–1.15] (kernels timed with CUDA activity only; the shapes pass 2.10× [...])",
+    or "–" when the run has no overhead."""
+    basis = overhead_basis_text(meta)
+    return overhead_text(overhead_of(meta)) + (f" ({basis})" if basis else "")
 
 
 def overhead_basis_text(meta: Mapping[str, Any]) -> str:
