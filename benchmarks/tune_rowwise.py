@@ -188,6 +188,10 @@ def triton_gelu_rows(dtype: torch.dtype, copy_bps: float) -> list[dict]:
     return rows
 
 
+# The variants share one process; the advisor_cuda operators can be defined once in it.
+NO_LIBRARY = "-DKA_NO_TORCH_LIBRARY"
+
+
 def _defines(flags: tuple[int, ...]) -> list[str]:
     return [f"-D{name}={value}" for name, value in zip(DEFINES, flags)]
 
@@ -204,7 +208,7 @@ def _build_variant(flags: tuple[int, ...]) -> str:
     build_dir = build.build_directory(module)
     build_dir.mkdir(parents=True, exist_ok=True)
     load(name=module, sources=[str(p) for p in build.source_paths()],
-         extra_cflags=list(build.CXX_FLAGS), extra_cuda_cflags=build.nvcc_flags(cap) + defines,
+         extra_cflags=[*build.CXX_FLAGS, NO_LIBRARY], extra_cuda_cflags=build.nvcc_flags(cap) + defines,
          build_directory=str(build_dir), verbose=False)
     return module
 
@@ -229,7 +233,7 @@ def cuda_rows(copies: dict) -> list[dict]:
     for name, flags in CUDA_VARIANTS.items():
         defines = _defines(flags)
         ext = load(name=modules[name], sources=[str(p) for p in build.source_paths()],
-                   extra_cflags=list(build.CXX_FLAGS),
+                   extra_cflags=[*build.CXX_FLAGS, NO_LIBRARY],
                    extra_cuda_cflags=build.nvcc_flags(cap) + defines,
                    build_directory=str(build.build_directory(modules[name])), verbose=False)
         for n_rows, n_cols, dtype in CUDA_SHAPES:

@@ -26,7 +26,7 @@ import torch.utils.cpp_extension  # noqa: F401
 
 from reference_kernels.errors import KernelInputError, KernelUnavailableError
 from reference_kernels.cuda import bias_act as cuda_bias_act
-from reference_kernels.cuda import build, norms, reference
+from reference_kernels.cuda import build, norms, pointwise, reference
 from reference_kernels.cuda import softmax as cuda_softmax
 from reference_kernels.cuda.specs import SPECS
 
@@ -63,7 +63,9 @@ def test_assert_within_rejects_nan_and_drift():
 
 # ---------------------------------------------------------------- registry entries
 
-SPEC_IDS = {"cuda.softmax", "cuda.rms_norm", "cuda.layer_norm", "cuda.bias_gelu", "cuda.bias_silu"}
+SPEC_IDS = {"cuda.softmax", "cuda.log_softmax", "cuda.rms_norm", "cuda.layer_norm", "cuda.gelu",
+            "cuda.silu", "cuda.swiglu", "cuda.bias_gelu", "cuda.bias_silu"}
+FORWARD_ONLY = {"cuda.bias_gelu", "cuda.bias_silu"}
 
 
 def test_specs_ids_and_capability():
@@ -72,7 +74,7 @@ def test_specs_ids_and_capability():
         assert spec.capability.backend == "cuda"
         assert spec.capability.needs_gpu
         assert spec.capability.min_compute_capability == (7, 0)
-        assert not spec.has_backward
+        assert spec.has_backward == (spec.id not in FORWARD_ONLY)
         for dtype in spec.dtypes:
             rtol, atol = spec.tolerance(dtype)
             assert 0 < rtol < 0.05 and 0 < atol < 0.05
@@ -84,6 +86,10 @@ def test_specs_replace_the_expected_ops():
     assert by_id["cuda.layer_norm"].replaces_aten == ("aten::native_layer_norm",)
     assert by_id["cuda.rms_norm"].replaces_patterns == ("rmsnorm-module",)
     assert by_id["cuda.bias_gelu"].replaces_patterns == ("bias-gelu",)
+    assert by_id["cuda.log_softmax"].replaces_aten == ("aten::_log_softmax",)
+    assert by_id["cuda.gelu"].replaces_aten == ("aten::gelu",)
+    assert by_id["cuda.silu"].replaces_aten == ("aten::silu",)
+    assert by_id["cuda.swiglu"].replaces_patterns == ("swiglu-mlp",)
 
 
 def test_specs_resolve_without_building_and_match_reference_signatures():
@@ -227,7 +233,14 @@ BAD_CALLS = [
     ("bias shape", lambda: cuda_bias_act.bias_silu(_x(3, 4), _x(3)), "shape"),
     ("approximate", lambda: cuda_bias_act.bias_gelu(_x(3, 4), _x(4), "fast"), "approximate"),
     ("activation", lambda: cuda_bias_act.bias_act(_x(3, 4), _x(4), "tanh"), "activation"),
-    ("requires grad", lambda: cuda_softmax.softmax(_x(3, 4).requires_grad_()), "forward-only"),
+    ("requires grad", lambda: cuda_bias_act.bias_gelu(_x(3, 4).requires_grad_(), _x(4)),
+     "forward-only"),
+    ("log_softmax dim", lambda: cuda_softmax.log_softmax(_x(3, 4), dim=0), "last dim"),
+    ("gelu approximate", lambda: pointwise.gelu(_x(3, 4), "fast"), "approximate"),
+    ("swiglu shapes", lambda: pointwise.swiglu(_x(3, 4), _x(3, 5)), "has shape"),
+    ("swiglu dtype", lambda: pointwise.swiglu(_x(3, 4), _x(3, 4, dtype=torch.float64)), "dtype"),
+    ("swiglu strided", lambda: pointwise.swiglu(_x(3, 4), _x(4, 3).t()), "contiguous"),
+    ("silu cpu", lambda: pointwise.silu(_x(3, 4)), "CUDA tensors"),
     ("cpu tensor", lambda: norms.layer_norm(_x(3, 4), 4), "CUDA tensors"),
 ]
 
@@ -292,9 +305,18 @@ TORCH_NVCC_DEFINES = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSI
                       "--expt-relaxed-constexpr"]
 # Kernel instantiations per file, 4 dtypes each: row ops 2 access widths x (warp, block) + the
 # pipelined block kernel (16-byte vectors only), + the register kernel (2 or 4 vectors per
-# thread) for the 3 dtypes other than fp64; bias_act 2 widths x 4 activations.
-EXPECTED_ENTRIES = {"softmax.cu": 4 * 5 + 3 * 2, "norms.cu": 2 * (4 * 5 + 3 * 2),
-                    "bias_act.cu": 4 * 2 * 4}
+# thread) for the 3 dtypes other than fp64 (softmax and log_softmax; rms_norm and layer_norm);
+# bias_act 2 widths x 4 activations; backward: softmax/log_softmax and the norms' dx 2 widths x
+# (warp, block), the parameter partials 2 widths, their sum 1; pointwise 2 widths x (4
+# activation backwards + swiglu forward and backward).
+ROW_ENTRIES = 4 * 5 + 3 * 2
+EXPECTED_ENTRIES = {"softmax.cu": 2 * ROW_ENTRIES, "norms.cu": 2 * ROW_ENTRIES,
+                    "bias_act.cu": 4 * 2 * 4,
+                    "backward.cu": 4 * (2 * 2 * 2 + 2 * 2 + 2 + 1),
+                    "pointwise.cu": 4 * 2 * (4 + 2)}
+# What each file's PTX must show beyond the entries (16-byte accesses are asked of all).
+ROW_FILES = ("softmax.cu", "norms.cu", "backward.cu")  # warp shuffles, barriers
+PIPELINED_FILES = ("softmax.cu", "norms.cu")  # cp.async row pipeline
 
 
 @pytest.fixture(scope="module")
@@ -322,7 +344,7 @@ def test_cuda_source_compiles_for_sm90(source, nvcc_builds):
     obj = out / source.replace(".cu", ".o")
     ptx = (out / source.replace(".cu", ".ptx")).read_text()
     assert ptx.count(".entry") == EXPECTED_ENTRIES[source]
-    assert "shfl.sync.bfly.b32" in ptx or source == "bias_act.cu"
+    assert ("shfl.sync.bfly.b32" in ptx) == (source in ROW_FILES)
     assert re.search(r"ld\.global(\.nc)?\.v4\.", ptx), "no 16-byte global loads"
     assert re.search(r"st\.global\.v4\.", ptx), "no 16-byte global stores"
     if source == "bias_act.cu":
@@ -332,8 +354,10 @@ def test_cuda_source_compiles_for_sm90(source, nvcc_builds):
     else:
         # Without --use_fast_math, 1/x is rcp.rn and no division or root is approximate.
         assert not re.search(r"(div|rcp|sqrt)\.approx\.f32", ptx)
-        assert "rcp.rn.f32" in ptx and "bar.sync" in ptx
-        assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_group" in ptx
+        assert "rcp.rn.f32" in ptx
+        assert ("bar.sync" in ptx) == (source in ROW_FILES)
+        pipelined = "cp.async.cg.shared.global" in ptx and "cp.async.wait_group" in ptx
+        assert pipelined == (source in PIPELINED_FILES)
     _check_sass(obj, source)
 
 
@@ -345,7 +369,7 @@ def _check_sass(obj: Path, source: str) -> None:
                           timeout=120).stdout
     assert "sm_90" in sass or "SM90" in sass.upper()
     assert "LDG.E.128" in sass and "STG.E.128" in sass
-    if source != "bias_act.cu":
+    if source in ROW_FILES:
         assert "SHFL.BFLY" in sass
     if source == "softmax.cu":
         assert "MUFU.EX2" in sass
@@ -372,7 +396,8 @@ def _torch_cuda_headers_usable(tmp_path: Path) -> list[str] | None:
 
 @pytest.mark.slow  # torch/extension.h alone takes ~20 s to parse on one core
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
-def test_binding_compiles_with_gxx(tmp_path):
+@pytest.mark.parametrize("source", build.CPP_SOURCES)
+def test_binding_compiles_with_gxx(tmp_path, source):
     torch_flags = _torch_cuda_headers_usable(tmp_path)
     cuda_include = _cuda_include_dir()
     if torch_flags is None or cuda_include is None:
@@ -380,7 +405,7 @@ def test_binding_compiles_with_gxx(tmp_path):
     cmd = ["g++", "-std=c++17", "-fsyntax-only", "-w", "-DTORCH_EXTENSION_NAME=ka_cuda_test",
            "-DTORCH_API_INCLUDE_EXTENSION_H",
            *torch_flags, f"-I{cuda_include}", f"-I{sysconfig.get_paths()['include']}",
-           str(build.SOURCE_DIR / "binding.cpp")]
+           str(build.SOURCE_DIR / source)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, build.first_compiler_error(done.stderr) or done.stderr
 

@@ -28,7 +28,6 @@ def check_input(x: object, op: str) -> torch.Tensor:
     if not x.is_contiguous():
         raise KernelInputError(f"{op}: x is not contiguous (shape {tuple(x.shape)}, strides "
                              f"{x.stride()})", "call .contiguous() first, or keep the eager op")
-    _check_forward_only(x, "x", op)
     return x
 
 
@@ -50,7 +49,17 @@ def check_param(p: object, x: torch.Tensor, shape: tuple[int, ...], name: str, o
     if p.device != x.device:
         raise KernelInputError(f"{op}: {name} is on {p.device}, x on {x.device}",
                              f"move {name} to {x.device}")
-    _check_forward_only(p, name, op)
+
+
+def check_like(t: object, x: torch.Tensor, name: str, op: str) -> None:
+    """A second operand of an element-wise op: x's shape, dtype and device, contiguous."""
+    if not isinstance(t, torch.Tensor):
+        raise KernelInputError(f"{op}: {name} must be a tensor, got {type(t).__name__}",
+                             f"pass {name} as a tensor")
+    if t.shape != x.shape:
+        raise KernelInputError(f"{op}: {name} has shape {tuple(t.shape)}, x {tuple(x.shape)}",
+                             "pass operands of one shape (broadcast them first)")
+    check_param(t, x, tuple(x.shape), name, op)
 
 
 def normalized_shape_of(x: torch.Tensor, normalized_shape: int | Sequence[int],
@@ -75,9 +84,9 @@ def check_on_cuda(x: torch.Tensor, op: str) -> None:
                              "move the tensors with .cuda(), or use the Triton or eager op")
 
 
-def _check_forward_only(t: torch.Tensor, name: str, op: str) -> None:
-    # The kernels record no autograd graph: an output silently detached from a tensor that
-    # requires grad would train wrongly, so refuse instead.
-    if t.requires_grad and torch.is_grad_enabled():
-        raise KernelInputError(f"{op}: {name} requires grad, but the CUDA reference kernels are "
+def check_forward_only(t: torch.Tensor | None, name: str, op: str) -> None:
+    """For the kernels without a backward (bias_act): an output silently detached from a
+    tensor that requires grad would train wrongly, so refuse instead."""
+    if t is not None and t.requires_grad and torch.is_grad_enabled():
+        raise KernelInputError(f"{op}: {name} requires grad, but this CUDA kernel is "
                              "forward-only", "call under torch.no_grad() or torch.inference_mode()")

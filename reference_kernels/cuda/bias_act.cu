@@ -7,6 +7,7 @@
 // registers.
 #include <algorithm>
 
+#include "activations.h"
 #include "device_math.h"
 #include "launchers.h"
 
@@ -33,45 +34,6 @@ constexpr int kMinBlocksPerSm = KA_BIAS_ACT_MIN_BLOCKS;
 constexpr int kRowUnroll = KA_BIAS_ACT_ROW_UNROLL;  // rows each thread loads before using the first
 constexpr int kMaxGridY = 65535;    // CUDA's limit on gridDim.y
 
-// act(v) in the accumulation type. fp32/fp64 use the textbook formulas with the accurate
-// library functions. NB: for fp16/bf16 outputs, silu and gelu-tanh use
-// v / (1 + exp2(-k * log2e)) with ex2 (2 ulp) and __fdividef (2 ulp), since
-// 0.5 * (1 + tanh(u)) == 1 / (1 + exp(-2u)) exactly: ~1e-6 relative, far under half an ulp
-// of fp16 (2.4e-4) or bf16 (2e-3), at a fraction of tanhf/expf + IEEE division's cost,
-// which a 16-bit stream (two elements per 4 bytes) cannot afford at DRAM speed; gelu (erf)
-// uses normal_cdf_fast (device_math.h) for the same reason.
-template <Activation kAct, bool kFast16, typename A>
-__device__ __forceinline__ A activate(A v) {
-  constexpr A kSqrt1_2 = static_cast<A>(0.70710678118654752440);   // 1 / sqrt(2)
-  constexpr A kSqrt2OverPi = static_cast<A>(0.79788456080286535588);  // sqrt(2 / pi)
-  constexpr A kCubic = static_cast<A>(0.044715);
-  if constexpr (kAct == Activation::kRelu) {
-    return v < static_cast<A>(0) ? static_cast<A>(0) : v;  // NaN stays NaN
-  } else if constexpr (kAct == Activation::kGeluErf) {
-    if constexpr (kFast16) {
-      // |gelu| < 6e-9 below -6: v * 0 gives -0 there (and NaN for -inf), as eager does.
-      // Both sides computed, then one select: a branch here cost BSSY/BSYNC per element.
-      const A g = v * normal_cdf_fast(v);
-      return v < -6.0f ? v * 0.0f : g;
-    } else {
-      return static_cast<A>(0.5) * v * (static_cast<A>(1) + erf_acc(v * kSqrt1_2));
-    }
-  } else if constexpr (kAct == Activation::kGeluTanh) {
-    const A u = kSqrt2OverPi * (v + kCubic * v * v * v);
-    if constexpr (kFast16) {
-      return fast_div(v, 1.0f + exp2_ftz(-2.0f * kLog2e * u));
-    } else {
-      return static_cast<A>(0.5) * v * (static_cast<A>(1) + tanh_acc(u));
-    }
-  } else {  // silu
-    if constexpr (kFast16) {
-      return fast_div(v, 1.0f + exp2_ftz(-kLog2e * v));
-    } else {
-      return v / (static_cast<A>(1) + exp_acc(-v));  // exp overflows to inf: v / inf = -0
-    }
-  }
-}
-
 // Thread (tx, ty) of block (bx, by) owns column vector bx * blockDim.x + tx and walks the rows
 // by + ty, stepping gridDim.y * blockDim.y.
 template <typename T, int VEC, Activation kAct>
@@ -82,10 +44,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
   using V = Vec<T, VEC>;
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= n_vec_cols) return;  // no barriers in this kernel
-  const V b = reinterpret_cast<const V*>(bias)[col];
   A bias_acc[VEC];
 #pragma unroll
-  for (int j = 0; j < VEC; ++j) bias_acc[j] = to_acc(b.v[j]);
+  for (int j = 0; j < VEC; ++j) bias_acc[j] = static_cast<A>(0);
+  if (bias != nullptr) {  // null: the plain activation (launch_act)
+    const V b = reinterpret_cast<const V*>(bias)[col];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) bias_acc[j] = to_acc(b.v[j]);
+  }
 
   const V* xv = reinterpret_cast<const V*>(x) + col;
   V* yv = reinterpret_cast<V*>(y) + col;

@@ -1,11 +1,13 @@
-"""Fused y = act(x + bias) over the last dim through the CUDA C++ kernel (bias_act.cu)."""
+"""Fused y = act(x + bias) over the last dim through the CUDA C++ kernel (bias_act.cu);
+forward only."""
 from __future__ import annotations
 
 import torch
 
 from reference_kernels.errors import KernelInputError
-from reference_kernels.cuda._checks import check_input, check_on_cuda, check_param
-from reference_kernels.cuda.build import load_extension
+from reference_kernels.cuda._checks import (check_forward_only, check_input, check_on_cuda,
+                                            check_param)
+from reference_kernels.cuda._dispatch import compiling, extension, operator
 
 # The int flag the kernel takes (ka::Activation in launchers.h).
 ACTIVATIONS: dict[str, int] = {"relu": 0, "gelu": 1, "gelu_tanh": 2, "silu": 3}
@@ -24,8 +26,12 @@ def bias_act(x: torch.Tensor, bias: torch.Tensor, act: str) -> torch.Tensor:
     if bias is None:
         raise KernelInputError(f"cuda.bias_{act}: bias is None", "pass the per-column bias")
     check_param(bias, x, (x.shape[-1],), "bias", f"cuda.bias_{act}")
+    check_forward_only(x, "x", f"cuda.bias_{act}")
+    check_forward_only(bias, "bias", f"cuda.bias_{act}")
     check_on_cuda(x, f"cuda.bias_{act}")
-    return load_extension().bias_act(x, bias, ACTIVATIONS[act])
+    if compiling():
+        return operator("bias_act")(x, bias, ACTIVATIONS[act])
+    return extension().op_bias_act(x, bias, ACTIVATIONS[act])
 
 
 def bias_gelu(x: torch.Tensor, bias: torch.Tensor, approximate: str = "none") -> torch.Tensor:

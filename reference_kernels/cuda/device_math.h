@@ -56,6 +56,8 @@ __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) {
 // Accurate library functions: the build does not pass --use_fast_math.
 __device__ __forceinline__ float exp_acc(float v) { return expf(v); }
 __device__ __forceinline__ double exp_acc(double v) { return exp(v); }
+__device__ __forceinline__ float log_acc(float v) { return logf(v); }
+__device__ __forceinline__ double log_acc(double v) { return log(v); }
 __device__ __forceinline__ float erf_acc(float v) { return erff(v); }
 __device__ __forceinline__ double erf_acc(double v) { return erf(v); }
 __device__ __forceinline__ float tanh_acc(float v) { return tanhf(v); }

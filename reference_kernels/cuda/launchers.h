@@ -2,8 +2,9 @@
 //
 // Included by the .cu files (which define them) and by binding.cpp (which calls them), so it
 // needs nothing beyond the CUDA runtime and the fp16/bf16 headers. Every launcher issues
-// exactly one kernel launch on `stream` and does not check errors itself: the caller's
-// C10_CUDA_KERNEL_LAUNCH_CHECK() right after the call sees that launch's status.
+// one kernel launch on `stream` (launch_norm_backward_params: two) and does not check errors
+// itself: the caller's C10_CUDA_KERNEL_LAUNCH_CHECK() right after the call sees the status
+// (a failed launch's error stays pending until read).
 // Tensors are dense row-major [rows, cols]; rows >= 1, 1 <= cols <= INT32_MAX (callers check).
 #pragma once
 
@@ -23,9 +24,9 @@ template <typename T> using acc_t = typename AccType<T>::type;
 // Values of the int flag that bias_act takes from Python (keep in step with bias_act.py).
 enum class Activation : int { kRelu = 0, kGeluErf = 1, kGeluTanh = 2, kSilu = 3 };
 
-// y[r, :] = softmax(x[r, :]).
+// y[r, :] = softmax(x[r, :]), or log_softmax(x[r, :]) when `log`.
 template <typename T>
-void launch_softmax(const T* x, T* y, int64_t rows, int64_t cols, cudaStream_t stream);
+void launch_softmax(const T* x, T* y, int64_t rows, int64_t cols, bool log, cudaStream_t stream);
 
 // y = x * rstd * weight with rstd = 1 / sqrt(mean(x^2) + eps) per row; weight may be null,
 // rstd_out (one value per row) may be null.
@@ -40,9 +41,47 @@ void launch_layer_norm(const T* x, const T* weight, const T* bias, T* y, acc_t<T
                        acc_t<T>* rstd_out, int64_t rows, int64_t cols, double eps,
                        cudaStream_t stream);
 
-// y[r, c] = act(x[r, c] + bias[c]).
+// y[r, c] = act(x[r, c] + bias[c]); bias may be null (y = act(x)).
 template <typename T>
 void launch_bias_act(const T* x, const T* bias, T* y, int64_t rows, int64_t cols,
                      Activation act, cudaStream_t stream);
+
+// ---- backward (backward.cu, pointwise.cu); dy is the gradient of y, dx of x.
+
+// softmax: dx = y * (dy - sum(dy * y)); log_softmax (`log`): dx = dy - exp(y) * sum(dy).
+template <typename T>
+void launch_softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t cols,
+                             bool log, cudaStream_t stream);
+
+// The dx of rms_norm (mean == null) or layer_norm from the forward's per-row statistics;
+// weight may be null.
+template <typename T>
+void launch_norm_backward_dx(const T* x, const T* dy, const T* weight, const acc_t<T>* mean,
+                             const acc_t<T>* rstd, T* dx, int64_t rows, int64_t cols,
+                             cudaStream_t stream);
+
+// Row chunks the parameter gradients are summed over first (the size of their partials).
+int64_t norm_param_chunks(int64_t rows, int64_t cols);
+
+// dweight = sum over rows of dy * xhat and, when dbias_partial is not null, dbias = sum of
+// dy, as per-chunk float partials [chunks, cols] (norm_param_chunks), then summed into the
+// T outputs dweight / dbias (dbias may be null).
+template <typename T>
+void launch_norm_backward_params(const T* x, const T* dy, const acc_t<T>* mean,
+                                 const acc_t<T>* rstd, acc_t<T>* dweight_partial,
+                                 acc_t<T>* dbias_partial, T* dweight, T* dbias, int64_t rows,
+                                 int64_t cols, cudaStream_t stream);
+
+// dx = dy * act'(x) over n elements.
+template <typename T>
+void launch_act_backward(const T* x, const T* dy, T* dx, int64_t n, Activation act,
+                         cudaStream_t stream);
+
+// y = silu(a) * b over n elements; backward: da = dy * b * silu'(a), db = dy * silu(a).
+template <typename T>
+void launch_swiglu(const T* a, const T* b, T* y, int64_t n, cudaStream_t stream);
+template <typename T>
+void launch_swiglu_backward(const T* a, const T* b, const T* dy, T* da, T* db, int64_t n,
+                            cudaStream_t stream);
 
 }  // namespace ka

@@ -1,4 +1,5 @@
-"""rms_norm, layer_norm and native_layer_norm forward through the CUDA C++ kernels (norms.cu)."""
+"""rms_norm, layer_norm and native_layer_norm through the CUDA C++ kernels (norms.cu), with
+their backward (backward.cu) as a C++ autograd formula."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -7,7 +8,7 @@ import torch
 
 from reference_kernels.cuda._checks import (check_input, check_on_cuda, check_param,
                                             normalized_shape_of)
-from reference_kernels.cuda.build import load_extension
+from reference_kernels.cuda._dispatch import compiling, extension, operator
 
 
 def rms_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
@@ -25,7 +26,10 @@ def fused_rms_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
     check_param(weight, x, shape, "weight", "cuda.rms_norm")
     check_on_cuda(x, "cuda.rms_norm")
     eps_value = torch.finfo(x.dtype).eps if eps is None else float(eps)
-    y, rstd = load_extension().rms_norm(x, list(shape), weight, eps_value)
+    if compiling():
+        y, rstd = operator("rms_norm")(x, list(shape), weight, eps_value)
+    else:
+        y, rstd = extension().op_rms_norm(x, list(shape), weight, eps_value)
     return y, rstd
 
 
@@ -46,5 +50,8 @@ def native_layer_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
     check_param(weight, x, shape, "weight", "cuda.layer_norm")
     check_param(bias, x, shape, "bias", "cuda.layer_norm")
     check_on_cuda(x, "cuda.layer_norm")
-    y, mean, rstd = load_extension().layer_norm(x, list(shape), weight, bias, float(eps))
+    if compiling():
+        y, mean, rstd = operator("layer_norm")(x, list(shape), weight, bias, float(eps))
+    else:
+        y, mean, rstd = extension().op_layer_norm(x, list(shape), weight, bias, float(eps))
     return y, mean, rstd

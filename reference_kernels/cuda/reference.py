@@ -14,6 +14,10 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return torch.softmax(x, dim=dim)
 
 
+def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    return torch.log_softmax(x, dim=dim)
+
+
 def rms_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
              weight: torch.Tensor | None = None, eps: float | None = None) -> torch.Tensor:
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
@@ -33,3 +37,15 @@ def bias_gelu(x: torch.Tensor, bias: torch.Tensor, approximate: str = "none") ->
 
 def bias_silu(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     return F.silu(x + bias)
+
+
+def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    return F.gelu(x, approximate=approximate)
+
+
+def silu(x: torch.Tensor) -> torch.Tensor:
+    return F.silu(x)
+
+
+def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.silu(a) * b

@@ -1,4 +1,5 @@
-// Softmax over the last dim: y = exp(x - max(x)) / sum(exp(x - max(x))) per row.
+// Softmax over the last dim: y = exp(x - max(x)) / sum(exp(x - max(x))) per row, and
+// log_softmax: y = x - max(x) - log(sum(exp(x - max(x)))).
 //
 // Bytes per call: rows * cols * sizeof(T) read + the same written (the row cache in shared
 // memory makes the max, sum and write passes read DRAM once). Two exp per element (sum pass
@@ -29,7 +30,7 @@ struct ShiftedExp {
   }
 };
 
-template <typename T>
+template <typename T, bool kLog>
 struct SoftmaxRow {
   using elem_t = T;
   const T* x;
@@ -58,11 +59,13 @@ struct SoftmaxRow {
     row_sum = g.sum(row_sum, scratch);
 
     const A inv_sum = static_cast<A>(1) / row_sum;
+    const A shift = row_max + log_acc(row_sum);  // log_softmax: y = x - shift
     g.later_pass(row, [&](int i, const V& v) {
       V out;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        out.v[j] = from_acc<T>(shifted_exp(to_acc(v.v[j])) * inv_sum);
+        const A a = to_acc(v.v[j]);
+        out.v[j] = from_acc<T>(kLog ? a - shift : shifted_exp(a) * inv_sum);
       }
       row.y[i] = out;
     });
@@ -72,14 +75,21 @@ struct SoftmaxRow {
 }  // namespace
 
 template <typename T>
-void launch_softmax(const T* x, T* y, int64_t rows, int64_t cols, cudaStream_t stream) {
-  launch_rows(SoftmaxRow<T>{x, y}, rows, cols, stream);
+void launch_softmax(const T* x, T* y, int64_t rows, int64_t cols, bool log, cudaStream_t stream) {
+  if (log) {
+    launch_rows(SoftmaxRow<T, true>{x, y}, rows, cols, stream);
+  } else {
+    launch_rows(SoftmaxRow<T, false>{x, y}, rows, cols, stream);
+  }
 }
 
-template void launch_softmax<float>(const float*, float*, int64_t, int64_t, cudaStream_t);
-template void launch_softmax<double>(const double*, double*, int64_t, int64_t, cudaStream_t);
-template void launch_softmax<__half>(const __half*, __half*, int64_t, int64_t, cudaStream_t);
-template void launch_softmax<__nv_bfloat16>(const __nv_bfloat16*, __nv_bfloat16*, int64_t,
-                                            int64_t, cudaStream_t);
+#define KA_INSTANTIATE_SOFTMAX(T) \
+  template void launch_softmax<T>(const T*, T*, int64_t, int64_t, bool, cudaStream_t);
+
+KA_INSTANTIATE_SOFTMAX(float)
+KA_INSTANTIATE_SOFTMAX(double)
+KA_INSTANTIATE_SOFTMAX(__half)
+KA_INSTANTIATE_SOFTMAX(__nv_bfloat16)
+#undef KA_INSTANTIATE_SOFTMAX
 
 }  // namespace ka

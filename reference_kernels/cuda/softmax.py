@@ -1,10 +1,11 @@
-"""softmax(x, dim=-1) through the CUDA C++ kernel (softmax.cu); forward only."""
+"""softmax and log_softmax over the last dim through the CUDA C++ kernels (softmax.cu), with
+their backward (backward.cu) as a C++ autograd formula."""
 from __future__ import annotations
 
 import torch
 
 from reference_kernels.cuda._checks import check_input, check_last_dim, check_on_cuda
-from reference_kernels.cuda.build import load_extension
+from reference_kernels.cuda._dispatch import compiling, extension, operator
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -12,7 +13,18 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     fp32/fp16/bf16 accumulate in float, fp64 in double.
     """
-    check_input(x, "cuda.softmax")
-    check_last_dim(x, dim, "cuda.softmax")
-    check_on_cuda(x, "cuda.softmax")
-    return load_extension().softmax(x)
+    return _softmax(x, dim, False, "cuda.softmax")
+
+
+def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """torch.log_softmax(x, dim) for the last dim of a contiguous CUDA tensor."""
+    return _softmax(x, dim, True, "cuda.log_softmax")
+
+
+def _softmax(x: torch.Tensor, dim: int, log: bool, name: str) -> torch.Tensor:
+    check_input(x, name)
+    check_last_dim(x, dim, name)
+    check_on_cuda(x, name)
+    if compiling():
+        return operator("softmax")(x, log)
+    return extension().op_softmax(x, log)

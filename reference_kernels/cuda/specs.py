@@ -1,5 +1,7 @@
 """Registry entries of the CUDA C++ reference kernels. Builds and imports no extension.
 
+Every kernel but bias_act has a backward (a C++ autograd formula, library.cpp).
+
 Tolerances: (rtol on ||out - ref|| / ||ref||, atol on max |out - ref|) against a float64
 reference. The kernels accumulate in float (double for fp64) and round the output once, so the
 error is about half an ulp of the output dtype at the output's magnitude.
@@ -40,6 +42,7 @@ _ROW_LIMITS = (ShapeClass("more than 2^31 - 1 rows", min_rows=_INT32_MAX + 1),
 def _spec(name: str, title: str, module: str, **kw) -> KernelSpec:
     if module in ("softmax", "norms"):
         kw.setdefault("refuses", _ROW_LIMITS)
+    kw.setdefault("has_backward", module != "bias_act")
     return KernelSpec(id=f"cuda.{name}", title=title, capability=_CUDA,
                       loader=f"{_PKG}.{module}:{name}", reference=f"{_PKG}.reference:{name}",
                       dtypes=_DTYPES, **kw)
@@ -50,12 +53,21 @@ SPECS: tuple[KernelSpec, ...] = (
           "row, row cached in shared memory)", "softmax", replaces_aten=("aten::_softmax",),
           tolerances=_SOFTMAX_TOL,
           notes="Last dim only; the output keeps x's dtype (no half_to_float)."),
-    _spec("rms_norm", "RMSNorm forward (CUDA C++, float accumulation)", "norms",
+    _spec("log_softmax", "log_softmax over the last dim (CUDA C++, softmax's row kernels)",
+          "softmax", replaces_aten=("aten::_log_softmax",), tolerances=_WIDE_TOL,
+          notes="Last dim only; the output keeps x's dtype (no half_to_float)."),
+    _spec("rms_norm", "RMSNorm (CUDA C++, float accumulation)", "norms",
           replaces_aten=_RMS_ATEN, replaces_patterns=("rmsnorm-module",),
           tolerances=_WIDE_TOL),
-    _spec("layer_norm", "LayerNorm forward (CUDA C++, two-pass variance over the cached row)",
+    _spec("layer_norm", "LayerNorm (CUDA C++, two-pass variance over the cached row)",
           "norms", replaces_aten=("aten::native_layer_norm",), tolerances=_WIDE_TOL,
           notes="native_layer_norm in reference_kernels.cuda.norms also returns mean and rstd."),
+    _spec("gelu", "GELU, erf or tanh approximation (CUDA C++)", "pointwise",
+          replaces_aten=("aten::gelu",), tolerances=_WIDE_TOL),
+    _spec("silu", "SiLU (CUDA C++)", "pointwise", replaces_aten=("aten::silu",),
+          tolerances=_WIDE_TOL),
+    _spec("swiglu", "SwiGLU gate: silu(a) * b in one pass (CUDA C++)", "pointwise",
+          replaces_patterns=("swiglu-mlp",), tolerances=_WIDE_TOL),
     _spec("bias_gelu", "bias + GELU (erf or tanh) fused (CUDA C++)", "bias_act",
           replaces_patterns=("bias-gelu",), tolerances=_WIDE_TOL, notes=_BIAS_ACT_NOTE),
     _spec("bias_silu", "bias + SiLU fused (CUDA C++)", "bias_act",

@@ -1,0 +1,106 @@
+// Tensor-level forward of the CUDA reference kernels: input checks, output allocation, dtype
+// dispatch, the current stream and a launch check after every launch. The kernels and their
+// launchers live in the .cu files (launchers.h), which need no torch headers.
+//
+// Every op takes an optional preallocated `out` so that tests can poison it; out must have x's
+// shape, dtype and device, be contiguous and not be x.
+#include <limits>
+#include <optional>
+#include <tuple>
+
+#include <ATen/Dispatch.h>
+
+#include "launchers.h"
+#include "ops.h"
+#include "tensors.h"
+
+namespace ka_torch {
+
+at::Tensor softmax(const at::Tensor& x, bool log, const std::optional<at::Tensor>& out) {
+  check_x(x);
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor y = output_like(x, out);
+  if (x.numel() == 0) return y;
+  const int64_t cols = x.size(-1);
+  const int64_t rows = row_count(x, cols);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "ka_softmax", [&] {
+    ka::launch_softmax(device_ptr<scalar_t>(x), device_ptr<scalar_t>(y), rows, cols, log,
+                       at::cuda::getCurrentCUDAStream());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return y;
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor& x,
+                                            at::IntArrayRef normalized_shape,
+                                            const std::optional<at::Tensor>& weight, double eps,
+                                            const std::optional<at::Tensor>& out) {
+  check_x(x);
+  const int64_t cols = normalized_cols(x, normalized_shape);
+  check_param(weight, x, normalized_shape, "weight");
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor y = output_like(x, out);
+  at::Tensor rstd = stat_tensor(x, static_cast<int64_t>(normalized_shape.size()));
+  if (x.numel() == 0) return {y, rstd};
+  const int64_t rows = row_count(x, cols);
+  const at::Tensor w = weight.value_or(at::Tensor());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "ka_rms_norm", [&] {
+    ka::launch_rms_norm(device_ptr<scalar_t>(x), device_ptr<scalar_t>(w),
+                        device_ptr<scalar_t>(y), stat_ptr<scalar_t>(rstd), rows, cols, eps,
+                        at::cuda::getCurrentCUDAStream());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return {y, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(
+    const at::Tensor& x, at::IntArrayRef normalized_shape,
+    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps,
+    const std::optional<at::Tensor>& out) {
+  check_x(x);
+  const int64_t cols = normalized_cols(x, normalized_shape);
+  check_param(weight, x, normalized_shape, "weight");
+  check_param(bias, x, normalized_shape, "bias");
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor y = output_like(x, out);
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  at::Tensor mean = stat_tensor(x, k);
+  at::Tensor rstd = stat_tensor(x, k);
+  if (x.numel() == 0) return {y, mean, rstd};
+  const int64_t rows = row_count(x, cols);
+  const at::Tensor w = weight.value_or(at::Tensor());
+  const at::Tensor b = bias.value_or(at::Tensor());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "ka_layer_norm", [&] {
+    ka::launch_layer_norm(device_ptr<scalar_t>(x), device_ptr<scalar_t>(w),
+                          device_ptr<scalar_t>(b), device_ptr<scalar_t>(y),
+                          stat_ptr<scalar_t>(mean), stat_ptr<scalar_t>(rstd), rows, cols, eps,
+                          at::cuda::getCurrentCUDAStream());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return {y, mean, rstd};
+}
+
+at::Tensor bias_act(const at::Tensor& x, const std::optional<at::Tensor>& bias, int64_t act,
+                    const std::optional<at::Tensor>& out) {
+  check_x(x);
+  check_param(bias, x, {x.size(-1)}, "bias");
+  check_activation(act);
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor y = output_like(x, out);
+  if (x.numel() == 0) return y;
+  const bool has_bias = bias.has_value() && bias->defined();
+  // Without a bias every element is alike: one long row vectorises whatever the last dim.
+  const bool flat = !has_bias && x.numel() <= std::numeric_limits<int32_t>::max();
+  const int64_t cols = flat ? x.numel() : x.size(-1);
+  const int64_t rows = x.numel() / cols;  // bias_act's grid loops over rows: no row limit
+  const at::Tensor b = has_bias ? *bias : at::Tensor();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "ka_bias_act", [&] {
+    ka::launch_bias_act(device_ptr<scalar_t>(x), device_ptr<scalar_t>(b),
+                        device_ptr<scalar_t>(y), rows, cols, static_cast<ka::Activation>(act),
+                        at::cuda::getCurrentCUDAStream());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return y;
+}
+
+}  // namespace ka_torch

@@ -1,0 +1,44 @@
+"""GELU, SiLU and SwiGLU through the CUDA C++ kernels: the activations' forward is bias_act.cu
+without a bias, their backward and SwiGLU are pointwise.cu; gradients are C++ autograd
+formulas."""
+from __future__ import annotations
+
+import torch
+
+from reference_kernels.cuda._checks import check_input, check_like, check_on_cuda
+from reference_kernels.cuda._dispatch import compiling, extension, operator
+from reference_kernels.errors import KernelInputError
+
+# The int flag the kernels take (ka::Activation in launchers.h; bias_act.py uses the same).
+GELU, GELU_TANH, SILU = 1, 2, 3
+
+
+def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    """F.gelu(x, approximate=approximate)."""
+    if approximate not in ("none", "tanh"):
+        raise KernelInputError(f"cuda.gelu: approximate={approximate!r}",
+                             "pass approximate='none' or 'tanh' (as F.gelu)")
+    return _act(x, GELU if approximate == "none" else GELU_TANH, "cuda.gelu")
+
+
+def silu(x: torch.Tensor) -> torch.Tensor:
+    """F.silu(x) = x * sigmoid(x)."""
+    return _act(x, SILU, "cuda.silu")
+
+
+def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """F.silu(a) * b for a and b of one shape."""
+    check_input(a, "cuda.swiglu")
+    check_like(b, a, "b", "cuda.swiglu")
+    check_on_cuda(a, "cuda.swiglu")
+    if compiling():
+        return operator("swiglu")(a, b)
+    return extension().op_swiglu(a, b)
+
+
+def _act(x: torch.Tensor, act: int, name: str) -> torch.Tensor:
+    check_input(x, name)
+    check_on_cuda(x, name)
+    if compiling():
+        return operator("act")(x, act)
+    return extension().op_act(x, act)

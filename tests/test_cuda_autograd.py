@@ -1,0 +1,179 @@
+"""The CUDA C++ kernels' gradients (backward.cu, pointwise.cu, library.cpp), on a GPU.
+
+Every differentiable kernel against float64 autograd over odd shapes (warp and block rows,
+scalar and vector accesses, many rows so the parameter gradients sum over several chunks),
+gradients asked of a subset of the inputs, and torch.compile: a function calling the kernels
+traces with no graph break, forward and backward.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from reference_kernels.cuda import norms, pointwise
+from reference_kernels.cuda import softmax as cuda_softmax
+from reference_kernels.cuda.specs import SPECS
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+SPEC_BY_ID = {s.id: s for s in SPECS}
+DTYPES = [torch.float32, torch.bfloat16, torch.float64]
+# (1, 7) scalar warp rows; (7, 127) odd; (3, 2048) block rows, vectors; (2, 3, 64) leading dims;
+# (5, 20000) long rows; (4099, 96) many rows: the parameter gradients sum several row chunks.
+SHAPES = [(1, 7), (7, 127), (3, 2048), (2, 3, 64), (5, 20000), (4099, 96)]
+
+
+def _rand(shape, dtype, seed, scale=1.0, shift=0.0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(shape, generator=gen, device="cuda") * scale + shift).to(dtype)
+
+
+def _grads(fn, inputs, upstream):
+    leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
+    out = fn(*leaves)
+    return [out.detach()] + list(torch.autograd.grad(out, leaves, upstream.to(out.dtype)))
+
+
+def _assert_close(got, want, tol, what):
+    """The spec's (rtol on the error norm, atol) with atol scaled by max |want| (a gradient
+    that comes out of a row reduction carries its row's magnitude)."""
+    rtol, atol = tol
+    diff = got.double() - want.double()
+    scale = max(1.0, float(want.abs().max())) if want.numel() else 1.0
+    norm = float(want.double().norm())
+    assert torch.isfinite(got).all(), f"{what}: non-finite values"
+    assert float(diff.norm()) <= 2 * rtol * max(norm, 1e-30) + 1e-12, what
+    assert float(diff.abs().max()) <= 2 * atol * scale, what
+
+
+def _check(spec_id, fn, ref, inputs, dtype, seed):
+    upstream = _rand(inputs[0].shape, dtype, seed + 100)
+    got = _grads(fn, inputs, upstream)
+    want = _grads(ref, [t.double() for t in inputs], upstream.double())
+    tol = SPEC_BY_ID[spec_id].tolerance(dtype)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == dtype and g.shape == w.shape
+        _assert_close(g, w, tol, f"{spec_id} output/grad {k}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_gradients(shape, dtype, log):
+    fn = cuda_softmax.log_softmax if log else cuda_softmax.softmax
+    ref = (lambda x: torch.log_softmax(x, -1)) if log else (lambda x: torch.softmax(x, -1))
+    _check("cuda.log_softmax" if log else "cuda.softmax", fn, ref,
+           [_rand(shape, dtype, 1, 2.0)], dtype, 1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("affine", [True, False])
+def test_rms_norm_gradients(shape, dtype, affine):
+    n = shape[-1]
+    x = _rand(shape, dtype, 2, 1.0, 0.5)
+    if affine:
+        inputs = [x, _rand((n,), dtype, 3, 0.1, 1.0)]
+        fn = lambda x, w: norms.rms_norm(x, n, w, 1e-6)  # noqa: E731
+        ref = lambda x, w: F.rms_norm(x, (n,), w, 1e-6)  # noqa: E731
+    else:
+        inputs = [x]
+        fn = lambda x: norms.rms_norm(x, n, None, 1e-6)  # noqa: E731
+        ref = lambda x: F.rms_norm(x, (n,), None, 1e-6)  # noqa: E731
+    _check("cuda.rms_norm", fn, ref, inputs, dtype, 2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("params", ["weight+bias", "weight", "none"])
+def test_layer_norm_gradients(shape, dtype, params):
+    n = shape[-1]
+    x = _rand(shape, dtype, 4, 1.0, 0.5)
+    w, b = _rand((n,), dtype, 5, 0.1, 1.0), _rand((n,), dtype, 6, 0.1)
+    if params == "weight+bias":
+        inputs, fn, ref = [x, w, b], (lambda x, w, b: norms.layer_norm(x, n, w, b)), \
+            (lambda x, w, b: F.layer_norm(x, (n,), w, b))
+    elif params == "weight":
+        inputs, fn, ref = [x, w], (lambda x, w: norms.layer_norm(x, n, w)), \
+            (lambda x, w: F.layer_norm(x, (n,), w))
+    else:
+        inputs, fn, ref = [x], (lambda x: norms.layer_norm(x, n)), \
+            (lambda x: F.layer_norm(x, (n,)))
+    _check("cuda.layer_norm", fn, ref, inputs, dtype, 4)
+
+
+ACTIVATIONS = {
+    "gelu": (pointwise.gelu, F.gelu),
+    "gelu_tanh": (lambda x: pointwise.gelu(x, "tanh"), lambda x: F.gelu(x, approximate="tanh")),
+    "silu": (pointwise.silu, F.silu),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES + [(3, 5, 7)])
+@pytest.mark.parametrize("act", list(ACTIVATIONS))
+def test_activation_gradients(shape, dtype, act):
+    fn, ref = ACTIVATIONS[act]
+    spec = "cuda.silu" if act == "silu" else "cuda.gelu"
+    _check(spec, fn, ref, [_rand(shape, dtype, 7, 3.0)], dtype, 7)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES + [(3, 5, 7)])
+def test_swiglu_gradients(shape, dtype):
+    _check("cuda.swiglu", pointwise.swiglu, lambda a, b: F.silu(a) * b,
+           [_rand(shape, dtype, 8, 3.0), _rand(shape, dtype, 9, 2.0)], dtype, 8)
+
+
+def test_only_the_inputs_that_require_grad_get_one():
+    n = 256
+    x = _rand((64, n), torch.float32, 10).requires_grad_(True)
+    w = _rand((n,), torch.float32, 11, 0.1, 1.0)  # no grad
+    b = _rand((n,), torch.float32, 12, 0.1).requires_grad_(True)
+    norms.layer_norm(x, n, w, b).sum().backward()
+    assert x.grad is not None and b.grad is not None and w.grad is None
+    torch.testing.assert_close(b.grad, torch.full((n,), 64.0, device="cuda"))
+
+
+def test_no_graph_is_recorded_without_grad():
+    x = _rand((8, 32), torch.float32, 13).requires_grad_(True)
+    with torch.no_grad():
+        assert norms.rms_norm(x, 32).grad_fn is None
+    assert norms.rms_norm(x, 32).grad_fn is not None
+    assert cuda_softmax.softmax(x.detach()).grad_fn is None
+
+
+def _block(x, w, b):
+    h = norms.layer_norm(x, x.shape[-1], w, b)
+    h = pointwise.gelu(h) + pointwise.swiglu(h, x)
+    h = norms.rms_norm(h, x.shape[-1], w) + pointwise.silu(x)
+    return cuda_softmax.log_softmax(h) + cuda_softmax.softmax(x)
+
+
+def test_compiled_function_has_no_graph_break_and_matches_eager():
+    torch._dynamo.reset()
+    n = 512
+    x = _rand((32, n), torch.float32, 14).requires_grad_(True)
+    w = _rand((n,), torch.float32, 15, 0.1, 1.0).requires_grad_(True)
+    b = _rand((n,), torch.float32, 16, 0.1).requires_grad_(True)
+    explained = torch._dynamo.explain(_block)(x, w, b)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    assert explained.graph_count == 1
+    compiled = torch.compile(_block, fullgraph=True)
+    eager_out = _block(x, w, b)
+    eager_grads = torch.autograd.grad(eager_out.sum(), [x, w, b])
+    out = compiled(x, w, b)
+    grads = torch.autograd.grad(out.sum(), [x, w, b])
+    torch.testing.assert_close(out, eager_out, rtol=1e-5, atol=1e-5)
+    for g, e in zip(grads, eager_grads):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+
+
+def test_profiler_sees_the_operators():
+    x = _rand((16, 64), torch.float32, 17).requires_grad_(True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        cuda_softmax.softmax(x).sum().backward()
+    names = {e.name for e in prof.events()}
+    assert "advisor_cuda::softmax" in names and "advisor_cuda::softmax_backward" in names
