@@ -41,13 +41,16 @@ def test_ops_come_from_the_registry_and_the_groups_split_them():
     assert set(ops) == {op for op in reg if op in bk.OPS}
     assert "matmul" not in ops  # not memory-bound
     assert set(ops) == {op for group in bk.OP_GROUPS.values() for op in group}
-    # CUDA-only ops (no backward) are forward only; the Triton ops with a backward have both
+    # bias_act has no backward: forward only; ops with a backward have both passes, and each
+    # bundled backend takes part in fwd+bwd where its spec has a backward
     assert bk.passes_of("bias_gelu") == ("fwd",)
     assert bk.passes_of("softmax") == ("fwd", "fwd+bwd")
     assert bk.providers_of("softmax", "fwd") == ("ours_triton", "ours_cuda", "eager", "compile",
                                                  "liger")
-    assert bk.providers_of("softmax", "fwd+bwd", liger=False) == ("ours_triton", "eager",
-                                                                  "compile")
+    assert bk.providers_of("softmax", "fwd+bwd", liger=False) == ("ours_triton", "ours_cuda",
+                                                                  "eager", "compile")
+    assert bk.providers_of("cross_entropy", "fwd+bwd", liger=False) == ("ours_triton", "eager",
+                                                                        "compile")
 
 
 def test_quick_is_a_small_subset_that_still_covers_the_classes_and_passes():

@@ -79,7 +79,7 @@ def check_last_dim(x: torch.Tensor, dim: int, op: str) -> None:
 
 
 def check_on_cuda(x: torch.Tensor, op: str) -> None:
-    if x.device.type != "cuda":
+    if not x.is_cuda:
         raise KernelInputError(f"{op}: x is on {x.device}; the CUDA kernels take CUDA tensors",
                              "move the tensors with .cuda(), or use the Triton or eager op")
 

@@ -247,16 +247,6 @@ __global__ void __launch_bounds__(kSumCols * kSumLanes)
   out[col] = from_acc<T>(s);
 }
 
-int device_sm_count() {
-  int device = 0;
-  int sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    return 1;
-  }
-  return sms;
-}
-
 // Threads across the columns (a warp multiple up to 256) and down the rows of a chunk.
 struct ParamPlan {
   int tx;

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -145,19 +147,51 @@ __device__ A block_reduce(A v, A* scratch) {
 }
 
 // Blocks of `kernel` the device holds at once (all SMs); 0 if a query fails, its error then
-// pending for the caller's launch check.
+// pending for the caller's launch check. Cached per host thread, device, kernel and launch
+// shape: the occupancy query costs microseconds of host time, paid on every launch otherwise.
 template <typename Kernel>
 int64_t resident_blocks(Kernel kernel, int threads, size_t smem_bytes) {
+  struct Entry {
+    const void* kernel;
+    int device;
+    int threads;
+    size_t smem_bytes;
+    int64_t blocks;
+  };
+  thread_local std::vector<Entry> cache;
   int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  const void* key = reinterpret_cast<const void*>(kernel);
+  for (const Entry& e : cache) {
+    if (e.kernel == key && e.device == device && e.threads == threads &&
+        e.smem_bytes == smem_bytes) {
+      return e.blocks;
+    }
+  }
   int sm_count = 0;
   int per_sm = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+  if (cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes) !=
           cudaSuccess) {
     return 0;
   }
-  return static_cast<int64_t>(sm_count) * per_sm;
+  const int64_t blocks = static_cast<int64_t>(sm_count) * per_sm;
+  cache.push_back({key, device, threads, smem_bytes, blocks});
+  return blocks;
+}
+
+// The current device's SM count, cached per host thread and device (1 if the query fails).
+inline int device_sm_count() {
+  thread_local std::vector<std::pair<int, int>> cache;  // (device, SMs)
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 1;
+  for (const auto& [d, sms] : cache) {
+    if (d == device) return sms;
+  }
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 1;
+  cache.emplace_back(device, sms);
+  return sms;
 }
 
 }  // namespace ka
