@@ -1,4 +1,6 @@
-"""Eager PyTorch references of the CUDA kernels, with the wrappers' signatures.
+"""Eager PyTorch references of the CUDA kernels, with the wrappers' signatures (the kernels
+that mirror a Triton launcher exactly, log_softmax and the activations, use
+reference_kernels/triton/eager.py's).
 
 KernelSpec.reference points here; a verifier calls them on float64 copies of the inputs.
 """
@@ -12,10 +14,6 @@ import torch.nn.functional as F
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return torch.softmax(x, dim=dim)
-
-
-def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    return torch.log_softmax(x, dim=dim)
 
 
 def rms_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
@@ -38,14 +36,3 @@ def bias_gelu(x: torch.Tensor, bias: torch.Tensor, approximate: str = "none") ->
 def bias_silu(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     return F.silu(x + bias)
 
-
-def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
-    return F.gelu(x, approximate=approximate)
-
-
-def silu(x: torch.Tensor) -> torch.Tensor:
-    return F.silu(x)
-
-
-def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return F.silu(a) * b

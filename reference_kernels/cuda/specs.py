@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from reference_kernels.cuda import reference
 from reference_kernels.registry import DEFAULT_TOLERANCES, Capability, KernelSpec, ShapeClass
 
 _PKG = "reference_kernels.cuda"
@@ -40,12 +41,14 @@ _ROW_LIMITS = (ShapeClass("more than 2^31 - 1 rows", min_rows=_INT32_MAX + 1),
 
 
 def _spec(name: str, title: str, module: str, **kw) -> KernelSpec:
+    # Kernels with no reference here share the Triton launchers' (same signatures).
+    kw.setdefault("reference", f"{_PKG}.reference:{name}" if hasattr(reference, name)
+                  else f"reference_kernels.triton.eager:{name}")
     if module in ("softmax", "norms"):
         kw.setdefault("refuses", _ROW_LIMITS)
     kw.setdefault("has_backward", module != "bias_act")
     return KernelSpec(id=f"cuda.{name}", title=title, capability=_CUDA,
-                      loader=f"{_PKG}.{module}:{name}", reference=f"{_PKG}.reference:{name}",
-                      dtypes=_DTYPES, **kw)
+                      loader=f"{_PKG}.{module}:{name}", dtypes=_DTYPES, **kw)
 
 
 SPECS: tuple[KernelSpec, ...] = (
