@@ -5,7 +5,9 @@ swaps in traced mode (substitute_module.py) and a TorchFunctionMode for the aten
 kernels (substitute_function.py), both built once so that the compiled code's guards hold
 from one step to the next. Only the bundled Triton kernels take part: they are
 torch.library operators (reference_kernels/triton/_ops.py), so the compiled graph can hold
-them; a CUDA C++ extension or an --impl function is opaque Python to Dynamo.
+them. An --impl function is opaque Python to Dynamo. The CUDA C++ kernels are advisor_cuda
+operators that compile without a graph break (reference_kernels/cuda/library.cpp), but get no
+compiled variant here yet: their call sites are not counted.
 
 `torch._dynamo.explain` reports the graphs, the graph breaks and their reasons, and the
 proof that the kernel runs compiled: its `advisor_kernels` operator among the graphs' nodes
@@ -72,8 +74,8 @@ def op_name(kernel_id: str) -> str:
 def compile_problem(c: Candidate) -> str:
     """Why `c` gets no compiled variant ("" when it does)."""
     if c.origin != "reference" or c.backend != "triton":
-        return (f"{c.id} is not a bundled Triton kernel: only those are torch.library operators "
-                "that a compiled graph can hold")
+        return (f"{c.id} is not a bundled Triton kernel: only those get a compiled variant "
+                "(try-kernel counts their advisor_kernels operators in the compiled graphs)")
     uncovered = [a.name for a in c.aten if not covers(a.name)]
     if uncovered:
         return f"{c.id}: no function-level substitution for {', '.join(uncovered)}"
