@@ -1,4 +1,5 @@
-"""The CUDA C++ kernels' gradients (backward.cu, pointwise.cu, library.cpp), on a GPU.
+"""The CUDA C++ kernels' gradients (backward.cu, pointwise.cu, cross_entropy.cu, autograd.cpp),
+on a GPU.
 
 Every differentiable kernel against float64 autograd over odd shapes (warp and block rows,
 scalar and vector accesses, many rows so the parameter gradients sum over several chunks),
@@ -11,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from reference_kernels.cuda import cross_entropy as cuda_ce
 from reference_kernels.cuda import norms, pointwise
 from reference_kernels.cuda import softmax as cuda_softmax
 from reference_kernels.cuda.specs import SPECS
@@ -30,10 +32,18 @@ def _rand(shape, dtype, seed, scale=1.0, shift=0.0):
     return (torch.randn(shape, generator=gen, device="cuda") * scale + shift).to(dtype)
 
 
-def _grads(fn, inputs, upstream):
-    leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
-    out = fn(*leaves)
-    return [out.detach()] + list(torch.autograd.grad(out, leaves, upstream.to(out.dtype)))
+def _grads(fn, inputs, upstream, wrt=None):
+    """Outputs, then the gradients of the inputs (of those at `wrt` positions) for one upstream
+    gradient per output (a tensor, or a tuple of them for several outputs; None: unused)."""
+    leaves = [t.detach().clone().requires_grad_(i in (wrt or range(len(inputs))))
+              if t.is_floating_point() else t for i, t in enumerate(inputs)]
+    outs = fn(*leaves)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    ups = upstream if isinstance(upstream, tuple) else (upstream,)
+    used = [(o, u.to(o.dtype)) for o, u in zip(outs, ups) if u is not None]
+    targets = [leaves[i] for i in (wrt or range(len(inputs)))]
+    grads = torch.autograd.grad([o for o, _ in used], targets, [u for _, u in used])
+    return [o.detach() for o in outs] + list(grads)
 
 
 def _errors(got, want):
@@ -58,11 +68,19 @@ def _assert_close(got, want, eager, tol, what):
         f"{what}: max error {max_err:.3g}, eager {eager_max_err:.3g}"
 
 
-def _check(spec_id, fn, ref, inputs, dtype, seed):
-    upstream = _rand(inputs[0].shape, dtype, seed + 100)
-    got = _grads(fn, inputs, upstream)
-    want = _grads(ref, [t.double() for t in inputs], upstream.double())
-    eager = _grads(ref, inputs, upstream)
+def _double(u):
+    if isinstance(u, tuple):
+        return tuple(None if t is None else t.double() for t in u)
+    return u.double()
+
+
+def _check(spec_id, fn, ref, inputs, dtype, seed, upstream=None, wrt=None):
+    if upstream is None:
+        upstream = _rand(inputs[0].shape, dtype, seed + 100)
+    got = _grads(fn, inputs, upstream, wrt)
+    want = _grads(ref, [t.double() if t.is_floating_point() else t for t in inputs],
+                  _double(upstream), wrt)
+    eager = _grads(ref, inputs, upstream, wrt)
     tol = SPEC_BY_ID[spec_id].tolerance(dtype)
     for k, (g, w, e) in enumerate(zip(got, want, eager)):
         assert g.dtype == dtype and g.shape == w.shape
@@ -138,6 +156,86 @@ def test_swiglu_gradients(shape, dtype):
            [_rand(shape, dtype, 8, 3.0), _rand(shape, dtype, 9, 2.0)], dtype, 8)
 
 
+# Which outputs of add_*_norm reach the loss: both, y only (h's gradient undefined), h only.
+USES = {"y+h": (True, True), "y": (True, False), "h": (False, True)}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("uses", list(USES))
+@pytest.mark.parametrize("kind", ["rms", "rms+weight", "layer", "layer+affine"])
+def test_add_norm_gradients(shape, dtype, uses, kind):
+    n = shape[-1]
+    x, r = _rand(shape, dtype, 20, 1.0, 0.5), _rand(shape, dtype, 21)
+    params = []
+    if kind.endswith("weight") or kind.endswith("affine"):
+        params.append(_rand((n,), dtype, 22, 0.1, 1.0))
+    if kind.endswith("affine"):
+        params.append(_rand((n,), dtype, 23, 0.1))
+    if kind.startswith("rms"):
+        fn = lambda x, r, *p: norms.add_rms_norm(x, r, n, *p, eps=1e-6)  # noqa: E731
+        ref = lambda x, r, *p: (F.rms_norm(x + r, (n,), *p, eps=1e-6), x + r)  # noqa: E731
+        spec = "cuda.add_rms_norm"
+    else:
+        fn = lambda x, r, *p: norms.add_layer_norm(x, r, n, *p)  # noqa: E731
+        ref = lambda x, r, *p: (F.layer_norm(x + r, (n,), *p), x + r)  # noqa: E731
+        spec = "cuda.add_layer_norm"
+    dy, dh = _rand(shape, dtype, 24), _rand(shape, dtype, 25)
+    use_y, use_h = USES[uses]
+    _check(spec, fn, ref, [x, r, *params], dtype, 20,
+           upstream=(dy if use_y else None, dh if use_h else None),
+           wrt=None if use_y else [0, 1])
+
+
+CE_SHAPES = [(1, 7), (7, 127), (3, 2048), (5, 20000), (4099, 96), (64, 32000)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", CE_SHAPES)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_gradients(shape, dtype, reduction):
+    rows, classes = shape
+    logits = _rand(shape, dtype, 30, 3.0)
+    gen = torch.Generator(device="cuda").manual_seed(31)
+    target = torch.randint(0, classes, (rows,), generator=gen, device="cuda")
+    target[1::3] = -100  # every third row ignored
+    upstream = _rand((rows,) if reduction == "none" else (), dtype, 32)
+    _check("cuda.cross_entropy", lambda x, t: cuda_ce.cross_entropy(x, t, reduction=reduction),
+           lambda x, t: F.cross_entropy(x, t, reduction=reduction), [logits, target], dtype, 30,
+           upstream=upstream, wrt=[0])
+
+
+def test_cross_entropy_edge_cases():
+    logits = _rand((4, 10), torch.float32, 33)
+    ignored = torch.full((4,), -100, device="cuda")
+    assert torch.isnan(cuda_ce.cross_entropy(logits, ignored))  # mean of nothing, as eager
+    assert float(cuda_ce.cross_entropy(logits, ignored, reduction="sum")) == 0.0
+    out_of_range = torch.tensor([0, 10, 3, -5], device="cuda")
+    losses = cuda_ce.cross_entropy(logits, out_of_range, reduction="none")
+    assert torch.isnan(losses[1]) and torch.isnan(losses[3]) and torch.isfinite(losses[0])
+    int32 = torch.tensor([1, 2, 3, 4], device="cuda", dtype=torch.int32)
+    torch.testing.assert_close(cuda_ce.cross_entropy(logits, int32),
+                               F.cross_entropy(logits, int32.long()))
+
+
+def test_backward_nodes_are_named():
+    x = _rand((8, 32), torch.float32, 34).requires_grad_(True)
+    r = _rand((8, 32), torch.float32, 35)
+    assert norms.rms_norm(x, 32).grad_fn.name() == "AdvisorRmsNormBackward"
+    y, h = norms.add_layer_norm(x, r, 32)
+    assert y.grad_fn is h.grad_fn and y.grad_fn.name() == "AdvisorAddLayerNormBackward"
+    assert cuda_softmax.log_softmax(x).grad_fn.name() == "AdvisorLogSoftmaxBackward"
+
+
+def test_saved_input_modified_in_place_is_refused():
+    x = _rand((8, 32), torch.float32, 36).requires_grad_(True)
+    h = x * 1.0
+    y = pointwise.gelu(h)
+    h.add_(1.0)  # the saved input changed: the gradient would be wrong
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
 def test_only_the_inputs_that_require_grad_get_one():
     n = 256
     x = _rand((64, n), torch.float32, 10).requires_grad_(True)
@@ -160,7 +258,11 @@ def _block(x, w, b):
     h = norms.layer_norm(x, x.shape[-1], w, b)
     h = pointwise.gelu(h) + pointwise.swiglu(h, x)
     h = norms.rms_norm(h, x.shape[-1], w) + pointwise.silu(x)
-    return cuda_softmax.log_softmax(h) + cuda_softmax.softmax(x)
+    h, res = norms.add_rms_norm(h, x, x.shape[-1], w)
+    h, res = norms.add_layer_norm(h, res, x.shape[-1], w, b)
+    out = cuda_softmax.log_softmax(h) + cuda_softmax.softmax(res)
+    target = torch.arange(x.shape[0], device=x.device) % x.shape[-1]
+    return out + cuda_ce.cross_entropy(out, target)
 
 
 def test_compiled_function_has_no_graph_break_and_matches_eager():
@@ -174,6 +276,7 @@ def test_compiled_function_has_no_graph_break_and_matches_eager():
     assert explained.graph_count == 1
     compiled = torch.compile(_block, fullgraph=True)
     eager_out = _block(x, w, b)
+    assert eager_out.grad_fn is not None
     eager_grads = torch.autograd.grad(eager_out.sum(), [x, w, b])
     out = compiled(x, w, b)
     grads = torch.autograd.grad(out.sum(), [x, w, b])

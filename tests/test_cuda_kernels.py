@@ -26,6 +26,7 @@ import torch.utils.cpp_extension  # noqa: F401
 
 from reference_kernels.errors import KernelInputError, KernelUnavailableError
 from reference_kernels.cuda import bias_act as cuda_bias_act
+from reference_kernels.cuda import cross_entropy as cuda_ce
 from reference_kernels.cuda import build, norms, pointwise, reference
 from reference_kernels.cuda import softmax as cuda_softmax
 from reference_kernels.cuda.specs import SPECS
@@ -243,6 +244,20 @@ BAD_CALLS = [
     ("swiglu strided", lambda: pointwise.swiglu(_x(3, 4), _x(4, 3).t()), "contiguous"),
     ("silu cpu", lambda: pointwise.silu(_x(3, 4)), "CUDA tensors"),
     ("cpu tensor", lambda: norms.layer_norm(_x(3, 4), 4), "CUDA tensors"),
+    ("residual shape", lambda: norms.add_rms_norm(_x(3, 4), _x(2, 4), 4), "residual has shape"),
+    ("residual dtype", lambda: norms.add_layer_norm(_x(3, 4), _x(3, 4, dtype=torch.float64), 4),
+     "dtype"),
+    ("add_norm weight", lambda: norms.add_layer_norm(_x(3, 4), _x(3, 4), 4, _x(3)), "shape"),
+    ("add_norm cpu", lambda: norms.add_rms_norm(_x(3, 4), _x(3, 4), 4), "CUDA tensors"),
+    ("logits 3-d", lambda: cuda_ce.cross_entropy(_x(2, 3, 4), torch.zeros(2, dtype=torch.long)),
+     "logits have shape"),
+    ("target float", lambda: cuda_ce.cross_entropy(_x(3, 4), _x(3)), "int64 or int32"),
+    ("target rows", lambda: cuda_ce.cross_entropy(_x(3, 4), torch.zeros(2, dtype=torch.long)),
+     "target has shape"),
+    ("reduction", lambda: cuda_ce.cross_entropy(_x(3, 4), torch.zeros(3, dtype=torch.long),
+                                                reduction="avg"), "reduction"),
+    ("logits cpu", lambda: cuda_ce.cross_entropy(_x(3, 4), torch.zeros(3, dtype=torch.long)),
+     "logits is on cpu"),
 ]
 
 
@@ -310,15 +325,17 @@ TORCH_NVCC_DEFINES = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSI
 # thread) for the 3 dtypes other than fp64 (softmax and log_softmax; rms_norm and layer_norm);
 # bias_act 2 widths x 4 activations; backward: softmax/log_softmax and the norms' dx 2 widths x
 # (warp, block), the parameter partials 2 widths, their sum 1; pointwise 2 widths x (4
-# activation backwards + swiglu forward and backward).
+# activation backwards + swiglu forward and backward + add); cross_entropy one row op, the
+# loss reduction 1, the backward 2 widths.
 ROW_ENTRIES = 4 * 5 + 3 * 2
 EXPECTED_ENTRIES = {"softmax.cu": 2 * ROW_ENTRIES, "norms.cu": 2 * ROW_ENTRIES,
                     "bias_act.cu": 4 * 2 * 4,
                     "backward.cu": 4 * (2 * 2 * 2 + 2 * 2 + 2 + 1),
-                    "pointwise.cu": 4 * 2 * (4 + 2)}
+                    "pointwise.cu": 4 * 2 * (4 + 2 + 1),
+                    "cross_entropy.cu": ROW_ENTRIES + 4 * (1 + 2)}
 # What each file's PTX must show beyond the entries (16-byte accesses are asked of all).
-ROW_FILES = ("softmax.cu", "norms.cu", "backward.cu")  # warp shuffles, barriers
-PIPELINED_FILES = ("softmax.cu", "norms.cu")  # cp.async row pipeline
+ROW_FILES = ("softmax.cu", "norms.cu", "backward.cu", "cross_entropy.cu")  # shuffles, barriers
+PIPELINED_FILES = ("softmax.cu", "norms.cu", "cross_entropy.cu")  # cp.async row pipeline
 
 
 @pytest.fixture(scope="module")
@@ -356,7 +373,7 @@ def test_cuda_source_compiles_for_sm90(source, nvcc_builds):
     else:
         # Without --use_fast_math, 1/x is rcp.rn and no division or root is approximate.
         assert not re.search(r"(div|rcp|sqrt)\.approx\.f32", ptx)
-        assert "rcp.rn.f32" in ptx
+        assert "rcp.rn.f32" in ptx or "div.rn.f32" in ptx
         assert ("bar.sync" in ptx) == (source in ROW_FILES)
         pipelined = "cp.async.cg.shared.global" in ptx and "cp.async.wait_group" in ptx
         assert pipelined == (source in PIPELINED_FILES)

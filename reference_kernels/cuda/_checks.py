@@ -16,17 +16,18 @@ SUPPORTED_DTYPES: tuple[torch.dtype, ...] = (
     torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
-def check_input(x: object, op: str) -> torch.Tensor:
+def check_input(x: object, op: str, name: str = "x") -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
-        raise KernelInputError(f"{op}: x must be a torch.Tensor, got {type(x).__name__}",
+        raise KernelInputError(f"{op}: {name} must be a torch.Tensor, got {type(x).__name__}",
                              "pass a tensor")
     if x.dtype not in SUPPORTED_DTYPES:
         raise KernelInputError(f"{op}: dtype {x.dtype} is not supported",
                              "use float32, float16, bfloat16 or float64")
     if x.dim() < 1:
-        raise KernelInputError(f"{op}: x is 0-dimensional", "pass a tensor with at least one dim")
+        raise KernelInputError(f"{op}: {name} is 0-dimensional",
+                             "pass a tensor with at least one dim")
     if not x.is_contiguous():
-        raise KernelInputError(f"{op}: x is not contiguous (shape {tuple(x.shape)}, strides "
+        raise KernelInputError(f"{op}: {name} is not contiguous (shape {tuple(x.shape)}, strides "
                              f"{x.stride()})", "call .contiguous() first, or keep the eager op")
     return x
 
@@ -78,9 +79,10 @@ def check_last_dim(x: torch.Tensor, dim: int, op: str) -> None:
                              "pass dim=-1, or keep the eager op for other dims")
 
 
-def check_on_cuda(x: torch.Tensor, op: str) -> None:
+def check_on_cuda(x: torch.Tensor, op: str, name: str = "x") -> None:
     if not x.is_cuda:
-        raise KernelInputError(f"{op}: x is on {x.device}; the CUDA kernels take CUDA tensors",
+        raise KernelInputError(f"{op}: {name} is on {x.device}; the CUDA kernels take CUDA "
+                             "tensors",
                              "move the tensors with .cuda(), or use the Triton or eager op")
 
 

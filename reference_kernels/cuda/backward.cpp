@@ -43,10 +43,12 @@ void norm_param_grads(const at::Tensor& x, const at::Tensor& dy, const at::Tenso
 std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
     const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& rstd,
     const std::optional<at::Tensor>& weight, at::IntArrayRef normalized_shape, bool weight_grad,
-    bool bias_grad) {
+    bool bias_grad, const std::optional<at::Tensor>& dh) {
   check_x(x);
   const int64_t cols = normalized_cols(x, normalized_shape);
   check_like(dy, x, "dy");
+  const at::Tensor addend = dh.has_value() && dh->defined() ? *dh : at::Tensor();
+  if (addend.defined()) check_like(addend, x, "dh");
   check_param(weight, x, normalized_shape, "weight");
   check_stat(rstd, x, cols, "rstd");
   if (mean.defined()) check_stat(mean, x, cols, "mean");
@@ -65,7 +67,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
     ka::launch_norm_backward_dx(device_ptr<scalar_t>(x), device_ptr<scalar_t>(dy),
                                 device_ptr<scalar_t>(w),
                                 mean.defined() ? stat_ptr<scalar_t>(mean) : nullptr,
-                                stat_ptr<scalar_t>(rstd), device_ptr<scalar_t>(dx), rows, cols,
+                                stat_ptr<scalar_t>(rstd), device_ptr<scalar_t>(addend),
+                                device_ptr<scalar_t>(dx), rows, cols,
                                 at::cuda::getCurrentCUDAStream());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     if (weight_grad) {
@@ -100,17 +103,18 @@ at::Tensor softmax_backward(const at::Tensor& dy, const at::Tensor& y, bool log)
 
 std::tuple<at::Tensor, at::Tensor> rms_norm_backward(
     const at::Tensor& dy, const at::Tensor& x, const at::Tensor& rstd,
-    const std::optional<at::Tensor>& weight, at::IntArrayRef normalized_shape, bool weight_grad) {
+    const std::optional<at::Tensor>& weight, at::IntArrayRef normalized_shape, bool weight_grad,
+    const std::optional<at::Tensor>& dh) {
   auto [dx, dweight, dbias] = norm_backward(dy, x, at::Tensor(), rstd, weight, normalized_shape,
-                                            weight_grad, false);
+                                            weight_grad, false, dh);
   return {dx, dweight};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& rstd,
     const std::optional<at::Tensor>& weight, at::IntArrayRef normalized_shape, bool weight_grad,
-    bool bias_grad) {
-  return norm_backward(dy, x, mean, rstd, weight, normalized_shape, weight_grad, bias_grad);
+    bool bias_grad, const std::optional<at::Tensor>& dh) {
+  return norm_backward(dy, x, mean, rstd, weight, normalized_shape, weight_grad, bias_grad, dh);
 }
 
 at::Tensor act_backward(const at::Tensor& dy, const at::Tensor& x, int64_t act) {

@@ -63,6 +63,8 @@ struct SoftmaxBackwardRow {
 // xhat = (x - mean) * rstd (mean 0 for rms_norm), g = dy * weight:
 //   rms_norm:   dx = rstd * (g - xhat * mean(g * xhat))
 //   layer_norm: dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+// plus `addend` where given: the gradient that reaches the normalized input by another path
+// (the new residual h of add_rms_norm / add_layer_norm), added before the one rounding.
 template <typename T>
 struct NormBackwardRow {
   using elem_t = T;
@@ -71,10 +73,12 @@ struct NormBackwardRow {
   const T* weight;
   const acc_t<T>* mean;  // null: rms_norm
   const acc_t<T>* rstd;
+  const T* addend;  // may be null
   T* dx;
 
   bool aligned16() const {
-    return ka::aligned16(x) && ka::aligned16(dy) && ka::aligned16(weight) && ka::aligned16(dx);
+    return ka::aligned16(x) && ka::aligned16(dy) && ka::aligned16(weight) &&
+           ka::aligned16(addend) && ka::aligned16(dx);
   }
 
   template <int VEC>
@@ -115,15 +119,20 @@ struct NormBackwardRow {
     const A inv_cols = static_cast<A>(1) / static_cast<A>(n_vec * VEC);
     const A mean_g_xhat = g.sum(sum_g_xhat, scratch) * inv_cols;
     const A mean_g = mean == nullptr ? static_cast<A>(0) : g.sum(sum_g, scratch) * inv_cols;
+    const V* addv = addend == nullptr ? nullptr : reinterpret_cast<const V*>(addend) + offset;
     g.template for_each_vec<unroll_depth(sizeof(T))>(dyv, n_vec, [&](int i, const V& d) {
       const V xx = xv[i];
       A w[VEC];
       load_weight<VEC>(i, w);
+      V add;
+      if (addv != nullptr) add = addv[i];
       V out;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         const A xhat = (to_acc(xx.v[j]) - mu) * rs;
-        out.v[j] = from_acc<T>(rs * (to_acc(d.v[j]) * w[j] - mean_g - xhat * mean_g_xhat));
+        const A extra = addv != nullptr ? to_acc(add.v[j]) : static_cast<A>(0);
+        out.v[j] = from_acc<T>(rs * (to_acc(d.v[j]) * w[j] - mean_g - xhat * mean_g_xhat) +
+                               extra);
       }
       dxv[i] = out;
     });
@@ -302,9 +311,10 @@ void launch_softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64
 
 template <typename T>
 void launch_norm_backward_dx(const T* x, const T* dy, const T* weight, const acc_t<T>* mean,
-                             const acc_t<T>* rstd, T* dx, int64_t rows, int64_t cols,
-                             cudaStream_t stream) {
-  launch_backward_rows(NormBackwardRow<T>{x, dy, weight, mean, rstd, dx}, rows, cols, stream);
+                             const acc_t<T>* rstd, const T* addend, T* dx, int64_t rows,
+                             int64_t cols, cudaStream_t stream) {
+  launch_backward_rows(NormBackwardRow<T>{x, dy, weight, mean, rstd, addend, dx}, rows, cols,
+                       stream);
 }
 
 template <typename T>
@@ -326,7 +336,7 @@ void launch_norm_backward_params(const T* x, const T* dy, const acc_t<T>* mean,
   template void launch_softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, bool,    \
                                            cudaStream_t);                                     \
   template void launch_norm_backward_dx<T>(const T*, const T*, const T*, const acc_t<T>*,     \
-                                           const acc_t<T>*, T*, int64_t, int64_t,             \
+                                           const acc_t<T>*, const T*, T*, int64_t, int64_t,   \
                                            cudaStream_t);                                     \
   template void launch_norm_backward_params<T>(const T*, const T*, const acc_t<T>*,           \
                                                const acc_t<T>*, acc_t<T>*, acc_t<T>*, T*, T*, \

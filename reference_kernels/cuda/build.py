@@ -1,7 +1,8 @@
 """Builds the CUDA C++ reference kernels as a torch JIT extension, once per source version and arch.
 
 `load_extension()` compiles the .cu kernels and the C++ binding (forward.cpp, backward.cpp,
-library.cpp: the advisor_cuda torch.library operators, binding.cpp: the pybind module) with
+cross_entropy.cpp: tensor-level ops; library.cpp and autograd.cpp: the advisor_cuda
+torch.library operators and their backward nodes; binding.cpp: the pybind module) with
 torch.utils.cpp_extension.load into the torch extensions dir (TORCH_EXTENSIONS_DIR, else torch's
 default cache) for the current GPU's arch only (`-gencode=arch=compute_XY,code=sm_XY`), at -O3
 and without --use_fast_math. The extension name carries a digest of the sources, headers and
@@ -23,10 +24,11 @@ from reference_kernels.errors import KernelUnavailableError
 
 SOURCE_DIR = Path(__file__).resolve().parent
 CUDA_SOURCES: tuple[str, ...] = ("softmax.cu", "norms.cu", "bias_act.cu", "backward.cu",
-                                  "pointwise.cu")
-CPP_SOURCES: tuple[str, ...] = ("forward.cpp", "backward.cpp", "library.cpp", "binding.cpp")
+                                  "pointwise.cu", "cross_entropy.cu")
+CPP_SOURCES: tuple[str, ...] = ("forward.cpp", "backward.cpp", "cross_entropy.cpp",
+                                "library.cpp", "autograd.cpp", "binding.cpp")
 HEADERS: tuple[str, ...] = ("launchers.h", "device_math.h", "rowwise.h", "activations.h",
-                            "tensors.h", "ops.h")
+                            "tensors.h", "ops.h", "operators.h")
 MIN_COMPUTE_CAPABILITY = (7, 0)
 CXX_FLAGS: tuple[str, ...] = ("-O3",)
 # Torch adds __CUDA_NO_HALF_OPERATORS__ and friends to every extension build itself.

@@ -102,6 +102,22 @@ constexpr bool is_16bit() {
   return sizeof(T) == 2;
 }
 
+// exp(a - row_max) in the accumulation type (softmax, cross-entropy).
+// NB: for 16-bit inputs exp2(a * log2e - row_max * log2e): one FFMA and one ex2 (2 ulp); the
+// argument's rounding keeps the relative error near 1e-6 for the terms that matter, far under
+// half an ulp of fp16/bf16 (softmax.cu has the numbers).
+template <typename T>
+struct ShiftedExp {
+  acc_t<T> row_max;
+  __device__ acc_t<T> operator()(acc_t<T> a) const {
+    if constexpr (is_16bit<T>()) {
+      return exp2_acc(fmaf(a, kLog2e, -row_max * kLog2e));
+    } else {
+      return exp_acc(a - row_max);
+    }
+  }
+};
+
 // fmax drops a NaN operand; softmax still returns NaN for a row holding one, because
 // exp(NaN - max) makes the row sum NaN.
 __device__ __forceinline__ float max_acc(float a, float b) { return fmaxf(a, b); }

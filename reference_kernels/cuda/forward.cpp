@@ -80,6 +80,37 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(
   return {y, mean, rstd};
 }
 
+// h = x + residual, one launch, then the norm of h.
+at::Tensor residual_sum(const at::Tensor& x, const at::Tensor& residual) {
+  check_x(x);
+  check_like(residual, x, "residual");
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor h = at::empty(x.sizes(), x.options());
+  if (x.numel() == 0) return h;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "ka_add", [&] {
+    ka::launch_add(device_ptr<scalar_t>(x), device_ptr<scalar_t>(residual),
+                   device_ptr<scalar_t>(h), x.numel(), at::cuda::getCurrentCUDAStream());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return h;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm(
+    const at::Tensor& x, const at::Tensor& residual, at::IntArrayRef normalized_shape,
+    const std::optional<at::Tensor>& weight, double eps) {
+  at::Tensor h = residual_sum(x, residual);
+  auto [y, rstd] = rms_norm(h, normalized_shape, weight, eps, std::nullopt);
+  return {y, h, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> add_layer_norm(
+    const at::Tensor& x, const at::Tensor& residual, at::IntArrayRef normalized_shape,
+    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
+  at::Tensor h = residual_sum(x, residual);
+  auto [y, mean, rstd] = layer_norm(h, normalized_shape, weight, bias, eps, std::nullopt);
+  return {y, h, mean, rstd};
+}
+
 at::Tensor bias_act(const at::Tensor& x, const std::optional<at::Tensor>& bias, int64_t act,
                     const std::optional<at::Tensor>& out) {
   check_x(x);

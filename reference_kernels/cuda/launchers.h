@@ -2,9 +2,10 @@
 //
 // Included by the .cu files (which define them) and by binding.cpp (which calls them), so it
 // needs nothing beyond the CUDA runtime and the fp16/bf16 headers. Every launcher issues
-// one kernel launch on `stream` (launch_norm_backward_params: two) and does not check errors
-// itself: the caller's C10_CUDA_KERNEL_LAUNCH_CHECK() right after the call sees the status
-// (a failed launch's error stays pending until read).
+// one kernel launch on `stream` (launch_norm_backward_params and a reducing
+// launch_cross_entropy: a few) and does not check errors itself: the caller's
+// C10_CUDA_KERNEL_LAUNCH_CHECK() right after the call sees the status (a failed launch's error
+// stays pending until read).
 // Tensors are dense row-major [rows, cols]; rows >= 1, 1 <= cols <= INT32_MAX (callers check).
 #pragma once
 
@@ -23,6 +24,9 @@ template <typename T> using acc_t = typename AccType<T>::type;
 
 // Values of the int flag that bias_act takes from Python (keep in step with bias_act.py).
 enum class Activation : int { kRelu = 0, kGeluErf = 1, kGeluTanh = 2, kSilu = 3 };
+
+// Values of cross_entropy's int `reduction` (keep in step with cross_entropy.py).
+enum class Reduction : int { kNone = 0, kMean = 1, kSum = 2 };
 
 // y[r, :] = softmax(x[r, :]), or log_softmax(x[r, :]) when `log`.
 template <typename T>
@@ -46,19 +50,39 @@ template <typename T>
 void launch_bias_act(const T* x, const T* bias, T* y, int64_t rows, int64_t cols,
                      Activation act, cudaStream_t stream);
 
-// ---- backward (backward.cu, pointwise.cu); dy is the gradient of y, dx of x.
+// y = a + b over n elements (the residual add of add_rms_norm / add_layer_norm).
+template <typename T>
+void launch_add(const T* a, const T* b, T* y, int64_t n, cudaStream_t stream);
+
+// Per row r of the logits x: lse[r] = logsumexp(x[r, :]) and the loss lse[r] - x[r, target[r]]
+// (0 where target[r] == ignore_index, NaN for a target outside [0, cols)). kNone writes the
+// losses to loss[rows]; kMean / kSum write per-row losses to row_loss[rows], then loss[0] (their
+// mean over the targets not ignored, or sum) and count[0] (that number of targets): two launches.
+template <typename T>
+void launch_cross_entropy(const T* x, const int64_t* target, int64_t ignore_index,
+                          acc_t<T>* lse, acc_t<T>* row_loss, T* loss, acc_t<T>* count,
+                          int64_t rows, int64_t cols, Reduction reduction, cudaStream_t stream);
+
+// ---- backward (backward.cu, pointwise.cu, cross_entropy.cu); dy is the gradient of y, dx of x.
+
+// dx = (softmax(x) - onehot(target)) * dloss (per row for kNone, dloss[0] / count[0] for kMean).
+template <typename T>
+void launch_cross_entropy_backward(const T* x, const int64_t* target, const acc_t<T>* lse,
+                                   const T* dloss, const acc_t<T>* count, T* dx, int64_t rows,
+                                   int64_t cols, int64_t ignore_index, Reduction reduction,
+                                   cudaStream_t stream);
 
 // softmax: dx = y * (dy - sum(dy * y)); log_softmax (`log`): dx = dy - exp(y) * sum(dy).
 template <typename T>
 void launch_softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t cols,
                              bool log, cudaStream_t stream);
 
-// The dx of rms_norm (mean == null) or layer_norm from the forward's per-row statistics;
-// weight may be null.
+// The dx of rms_norm (mean == null) or layer_norm from the forward's per-row statistics, plus
+// `addend` (the gradient of add_*_norm's new residual; null: none); weight may be null.
 template <typename T>
 void launch_norm_backward_dx(const T* x, const T* dy, const T* weight, const acc_t<T>* mean,
-                             const acc_t<T>* rstd, T* dx, int64_t rows, int64_t cols,
-                             cudaStream_t stream);
+                             const acc_t<T>* rstd, const T* addend, T* dx, int64_t rows,
+                             int64_t cols, cudaStream_t stream);
 
 // Row chunks the parameter gradients are summed over first (the size of their partials).
 int64_t norm_param_chunks(int64_t rows, int64_t cols);

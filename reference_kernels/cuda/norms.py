@@ -1,13 +1,14 @@
-"""rms_norm, layer_norm and native_layer_norm through the CUDA C++ kernels (norms.cu), with
-their backward (backward.cu) as a C++ autograd formula."""
+"""rms_norm, layer_norm (and native_layer_norm) and their residual forms add_rms_norm and
+add_layer_norm through the CUDA C++ kernels (norms.cu), with their backward (backward.cu) as
+C++ autograd nodes (autograd.cpp)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import torch
 
-from reference_kernels.cuda._checks import (check_input, check_on_cuda, check_param,
-                                            normalized_shape_of)
+from reference_kernels.cuda._checks import (check_input, check_like, check_on_cuda,
+                                            check_param, normalized_shape_of)
 from reference_kernels.cuda._dispatch import compiling, extension, operator
 
 
@@ -22,15 +23,10 @@ def fused_rms_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """aten::_fused_rms_norm: (y, rstd); rstd is float (double for fp64), shaped like x with
     each normalized dim set to 1."""
-    shape = normalized_shape_of(check_input(x, "cuda.rms_norm"), normalized_shape, "cuda.rms_norm")
-    check_param(weight, x, shape, "weight", "cuda.rms_norm")
-    check_on_cuda(x, "cuda.rms_norm")
-    eps_value = torch.finfo(x.dtype).eps if eps is None else float(eps)
+    shape = _norm_args(x, normalized_shape, weight, None, "cuda.rms_norm")
     if compiling():
-        y, rstd = operator("rms_norm")(x, list(shape), weight, eps_value)
-    else:
-        y, rstd = extension().op_rms_norm(x, list(shape), weight, eps_value)
-    return y, rstd
+        return tuple(operator("rms_norm")(x, shape, weight, _eps(x, eps)))
+    return extension().op_rms_norm(x, shape, weight, _eps(x, eps))
 
 
 def layer_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
@@ -45,13 +41,50 @@ def native_layer_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
                       eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """aten::native_layer_norm: (y, mean, rstd); the statistics are float (double for fp64),
     shaped like x with each normalized dim set to 1, as on CUDA."""
-    shape = normalized_shape_of(check_input(x, "cuda.layer_norm"), normalized_shape,
-                                "cuda.layer_norm")
-    check_param(weight, x, shape, "weight", "cuda.layer_norm")
-    check_param(bias, x, shape, "bias", "cuda.layer_norm")
-    check_on_cuda(x, "cuda.layer_norm")
+    shape = _norm_args(x, normalized_shape, weight, bias, "cuda.layer_norm")
     if compiling():
-        y, mean, rstd = operator("layer_norm")(x, list(shape), weight, bias, float(eps))
+        return tuple(operator("layer_norm")(x, shape, weight, bias, float(eps)))
+    return extension().op_layer_norm(x, shape, weight, bias, float(eps))
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, normalized_shape: int | Sequence[int],
+                 weight: torch.Tensor | None = None, eps: float | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(F.rms_norm(h, ...), h) with h = x + residual: the pre-norm transformer step."""
+    check_like(residual, check_input(x, "cuda.add_rms_norm"), "residual", "cuda.add_rms_norm")
+    shape = _norm_args(x, normalized_shape, weight, None, "cuda.add_rms_norm")
+    if compiling():
+        y, h, _ = operator("add_rms_norm")(x, residual, shape, weight, _eps(x, eps))
     else:
-        y, mean, rstd = extension().op_layer_norm(x, list(shape), weight, bias, float(eps))
-    return y, mean, rstd
+        y, h, _ = extension().op_add_rms_norm(x, residual, shape, weight, _eps(x, eps))
+    return y, h
+
+
+def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, normalized_shape: int | Sequence[int],
+                   weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                   eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+    """(F.layer_norm(h, ...), h) with h = x + residual."""
+    check_like(residual, check_input(x, "cuda.add_layer_norm"), "residual", "cuda.add_layer_norm")
+    shape = _norm_args(x, normalized_shape, weight, bias, "cuda.add_layer_norm")
+    if compiling():
+        y, h, _, _ = operator("add_layer_norm")(x, residual, shape, weight, bias, float(eps))
+    else:
+        y, h, _, _ = extension().op_add_layer_norm(x, residual, shape, weight, bias, float(eps))
+    return y, h
+
+
+_EPS = {dtype: torch.finfo(dtype).eps for dtype in
+        (torch.float32, torch.float16, torch.bfloat16, torch.float64)}
+
+
+def _eps(x: torch.Tensor, eps: float | None) -> float:
+    """eps None means finfo(x.dtype).eps, as F.rms_norm."""
+    return _EPS[x.dtype] if eps is None else float(eps)
+
+
+def _norm_args(x, normalized_shape, weight, bias, op: str) -> list[int]:
+    shape = normalized_shape_of(check_input(x, op), normalized_shape, op)
+    check_param(weight, x, shape, "weight", op)
+    check_param(bias, x, shape, "bias", op)
+    check_on_cuda(x, op)
+    return list(shape)

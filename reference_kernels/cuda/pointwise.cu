@@ -1,8 +1,9 @@
-// Element-wise kernels over n contiguous elements: the activations' backward, and SwiGLU
-// (y = silu(a) * b) forward and backward. (The activations' forward is bias_act.cu with no bias.)
+// Element-wise kernels over n contiguous elements: the activations' backward, SwiGLU
+// (y = silu(a) * b) forward and backward, and the residual add of add_rms_norm/add_layer_norm.
+// (The activations' forward is bias_act.cu with no bias.)
 //
 // Bytes per call: act backward reads x and dy and writes dx (3 n sizeof(T)); swiglu reads a and
-// b and writes y (3 n), its backward reads a, b, dy and writes da, db (5 n). One grid of
+// b and writes y (3 n), its backward reads a, b, dy and writes da, db (5 n); add 3 n. One grid of
 // resident blocks walks the 16-byte vectors (grid-stride loop); every value is computed in
 // float (double for fp64) and rounded once.
 #include <algorithm>
@@ -49,6 +50,15 @@ struct SwigluBackward {
     const A silu = in[0] * s;
     out[0] = in[2] * in[1] * s * (static_cast<A>(1) + in[0] * (static_cast<A>(1) - s));
     out[1] = in[2] * silu;
+  }
+};
+
+template <typename T, int VEC>
+struct AddForward {
+  static constexpr int kIn = 2;   // a, b
+  static constexpr int kOut = 1;  // a + b, rounded once as eager's add
+  __device__ void operator()(const acc_t<T> (&in)[kIn], acc_t<T> (&out)[kOut]) const {
+    out[0] = in[0] + in[1];
   }
 };
 
@@ -147,7 +157,13 @@ void launch_swiglu_backward(const T* a, const T* b, const T* dy, T* da, T* db, i
                                 stream);
 }
 
+template <typename T>
+void launch_add(const T* a, const T* b, T* y, int64_t n, cudaStream_t stream) {
+  launch_map<T, AddForward>(Pointers<const T, 2>{{a, b}}, Pointers<T, 1>{{y}}, n, stream);
+}
+
 #define KA_INSTANTIATE_POINTWISE(T)                                                         \
+  template void launch_add<T>(const T*, const T*, T*, int64_t, cudaStream_t);              \
   template void launch_act_backward<T>(const T*, const T*, T*, int64_t, Activation,         \
                                        cudaStream_t);                                       \
   template void launch_swiglu<T>(const T*, const T*, T*, int64_t, cudaStream_t);           \

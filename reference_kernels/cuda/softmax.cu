@@ -17,19 +17,6 @@
 namespace ka {
 namespace {
 
-// exp(a - row_max) in the accumulation type.
-template <typename T>
-struct ShiftedExp {
-  acc_t<T> row_max;
-  __device__ acc_t<T> operator()(acc_t<T> a) const {
-    if constexpr (is_16bit<T>()) {
-      return exp2_acc(fmaf(a, kLog2e, -row_max * kLog2e));
-    } else {
-      return exp_acc(a - row_max);
-    }
-  }
-};
-
 template <typename T, bool kLog>
 struct SoftmaxRow {
   using elem_t = T;

@@ -1,6 +1,6 @@
 """Registry entries of the CUDA C++ reference kernels. Builds and imports no extension.
 
-Every kernel but bias_act has a backward (a C++ autograd formula, library.cpp).
+Every kernel but bias_act has a backward (C++ autograd nodes, autograd.cpp).
 
 Tolerances: (rtol on ||out - ref|| / ||ref||, atol on max |out - ref|) against a float64
 reference. The kernels accumulate in float (double for fp64) and round the output once, so the
@@ -44,7 +44,7 @@ def _spec(name: str, title: str, module: str, **kw) -> KernelSpec:
     # Kernels with no reference here share the Triton launchers' (same signatures).
     kw.setdefault("reference", f"{_PKG}.reference:{name}" if hasattr(reference, name)
                   else f"reference_kernels.triton.eager:{name}")
-    if module in ("softmax", "norms"):
+    if module in ("softmax", "norms", "cross_entropy"):
         kw.setdefault("refuses", _ROW_LIMITS)
     kw.setdefault("has_backward", module != "bias_act")
     return KernelSpec(id=f"cuda.{name}", title=title, capability=_CUDA,
@@ -65,6 +65,16 @@ SPECS: tuple[KernelSpec, ...] = (
     _spec("layer_norm", "LayerNorm (CUDA C++, two-pass variance over the cached row)",
           "norms", replaces_aten=("aten::native_layer_norm",), tolerances=_WIDE_TOL,
           notes="native_layer_norm in reference_kernels.cuda.norms also returns mean and rstd."),
+    _spec("add_rms_norm", "residual add + RMSNorm, returns (normed, new residual) (CUDA C++: "
+          "add kernel, then the rms_norm row kernel; one fused backward row kernel)", "norms",
+          replaces_patterns=("residual-rmsnorm",), tolerances=_WIDE_TOL),
+    _spec("add_layer_norm", "residual add + LayerNorm, returns (normed, new residual) (CUDA "
+          "C++: add kernel, then the layer_norm row kernel; one fused backward row kernel)",
+          "norms", replaces_patterns=("residual-layernorm",), tolerances=_WIDE_TOL),
+    _spec("cross_entropy", "cross-entropy over (rows, classes) logits (CUDA C++: one row pass "
+          "for the loss and logsumexp, one pass for the gradient)", "cross_entropy",
+          replaces_patterns=("cross-entropy",), tolerances=_WIDE_TOL,
+          notes="ignore_index, reduction mean/sum/none; class-index targets only"),
     _spec("gelu", "GELU, erf or tanh approximation (CUDA C++)", "pointwise",
           replaces_aten=("aten::gelu",), tolerances=_WIDE_TOL),
     _spec("silu", "SiLU (CUDA C++)", "pointwise", replaces_aten=("aten::silu",),
