@@ -65,6 +65,7 @@ import datetime as dt
 import math
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -142,6 +143,10 @@ OP_GROUPS = {
 WARMUP_MS, REP_MS = 3, 15
 QUICK_WARMUP_MS, QUICK_REP_MS = 2, 10
 HOST_CALLS = 20
+# Each provider is timed in this many rounds, the providers taking turns (rotated each round),
+# and keeps its median round: the host's speed drifts by tens of percent over seconds, which
+# back-to-back timing charged to whichever provider ran in a slow stretch.
+ROUNDS = 5
 DEFAULT_BUDGET_S = 480.0  # no new unit after 8 min; one unit takes well under 2 min
 
 
@@ -568,14 +573,16 @@ class Timing:
     rep_ms: float
     copy_bytes_per_s: float
     bench: Callable[[Callable], float] | None = None  # callable -> median ms (tests: a fake)
+    rounds: int = ROUNDS
 
-    def median_ms(self, call: Callable) -> float:
+    def median_ms(self, call: Callable, first: bool = True) -> float:
+        """One round: do_bench's median over rep_ms / rounds (warm-up on the first round)."""
         if self.bench is not None:
             return self.bench(call)
         from triton.testing import do_bench
 
-        return float(do_bench(call, warmup=self.warmup_ms, rep=self.rep_ms,
-                              return_mode="median"))
+        return float(do_bench(call, warmup=self.warmup_ms if first else 1,
+                              rep=self.rep_ms / self.rounds, return_mode="median"))
 
 
 def host_us(call: Callable, device: str, calls: int = HOST_CALLS) -> float:
@@ -603,28 +610,50 @@ def measure_cell(cell: Cell, fns: dict[str, Callable | str], timing: Timing, dev
     ref = reference(cell.op, args, cell.pass_, gen, reg)
     nbytes = (bench.fwd_bytes if cell.pass_ == "fwd" else bench.fwdbwd_bytes)(
         cell.rows, cell.cols, dtype.itemsize)
-    rows = []
+    rows, calls = {}, {}
     for provider, fn in fns.items():
         row = {"op": cell.op, "rows": cell.rows, "cols": cell.cols, "dtype": cell.dtype,
                "pass": cell.pass_, "provider": provider, "shape_class": cell.shape_class,
                "min_bytes": nbytes, "ms": math.nan, "frac_of_copy_bw": math.nan,
                "host_us_per_call": math.nan}
         if isinstance(fn, str):
-            rows.append({**row, "status": "refused", "reason": fn})
+            rows[provider] = {**row, "status": "refused", "reason": fn}
             continue
         status, reason = check(fn, cell.op, args, cell.pass_, ref,
                                tolerance(cell.op, provider, cell.dtype, reg))
+        rows[provider] = {**row, "status": status, "reason": reason}
         if status == "ok":
+            calls[provider] = timed_call(fn, cell.op, args, cell.pass_, ref.upstream)
+    for provider, (ms, host) in timed_rounds(calls, timing, device).items():
+        row = rows[provider]
+        if isinstance(ms, str):  # a timing failure is a refusal too
+            row.update(status="refused", reason=ms)
+        else:
+            row.update(ms=ms, frac_of_copy_bw=nbytes / (ms * 1e-3) / timing.copy_bytes_per_s,
+                       host_us_per_call=host)
+    return list(rows.values())
+
+
+def timed_rounds(calls: dict[str, Callable], timing: Timing, device: str
+                 ) -> dict[str, tuple[float | str, float]]:
+    """{provider: (median ms of its rounds, median host us)}, or (why, nan) if a call raised;
+    the providers take turns round by round, the order rotated each round."""
+    ms: dict[str, list[float]] = {p: [] for p in calls}
+    host: dict[str, list[float]] = {p: [] for p in calls}
+    failed: dict[str, str] = {}
+    order = list(calls)
+    for r in range(max(1, timing.rounds)):
+        k = r % len(order) if order else 0
+        for provider in order[k:] + order[:k]:
+            if provider in failed:
+                continue
             try:
-                call = timed_call(fn, cell.op, args, cell.pass_, ref.upstream)
-                ms = timing.median_ms(call)
-                row.update(ms=ms, frac_of_copy_bw=nbytes / (ms * 1e-3) / timing.copy_bytes_per_s,
-                           host_us_per_call=host_us(call, device))
-            except Exception as exc:  # noqa: BLE001 - a timing failure is a refusal too
-                status, reason = "refused", describe(exc)
-                row.update(ms=math.nan, frac_of_copy_bw=math.nan, host_us_per_call=math.nan)
-        rows.append({**row, "status": status, "reason": reason})
-    return rows
+                ms[provider].append(timing.median_ms(calls[provider], first=r == 0))
+                host[provider].append(host_us(calls[provider], device))
+            except Exception as exc:  # noqa: BLE001
+                failed[provider] = describe(exc)
+    return {p: (failed[p], math.nan) if p in failed else
+            (statistics.median(ms[p]), statistics.median(host[p])) for p in calls}
 
 
 # ---------------------------------------------------------------- the CSV

@@ -49,8 +49,9 @@ def test_ops_come_from_the_registry_and_the_groups_split_them():
                                                  "liger")
     assert bk.providers_of("softmax", "fwd+bwd", liger=False) == ("ours_triton", "ours_cuda",
                                                                   "eager", "compile")
-    assert bk.providers_of("cross_entropy", "fwd+bwd", liger=False) == ("ours_triton", "eager",
-                                                                        "compile")
+    assert bk.providers_of("cross_entropy", "fwd+bwd", liger=False) == (
+        "ours_triton", "ours_cuda", "eager", "compile")
+    assert bk.providers_of("bias_gelu", "fwd", liger=False) == ("ours_cuda", "eager", "compile")
 
 
 def test_quick_is_a_small_subset_that_still_covers_the_classes_and_passes():
@@ -307,3 +308,22 @@ def test_compile_runs_in_a_process_of_its_own_with_the_budget_left():
                               "--csv", "out.csv"], 123.4)
     assert cmd[2:] == ["--ops", "norms", "--csv", "out.csv", "--providers", "compile", "--budget-s", "123"]
     assert bk.compile_command([], 0)[2:] == ["--providers", "compile", "--budget-s", "0"]
+
+
+def test_providers_take_turns_and_keep_their_median_round():
+    order, times = [], {"a": iter([5.0, 1.0, 2.0]), "b": iter([9.0, 3.0, 4.0])}
+
+    def fake_bench(call):
+        name = call()
+        order.append(name)
+        return next(times[name])
+
+    def raises():
+        raise RuntimeError("boom")
+
+    timing = bk.Timing(1, 1, 1e9, bench=fake_bench, rounds=3)
+    out = bk.timed_rounds({"a": lambda: "a", "b": lambda: "b", "c": raises}, timing, "cpu")
+    # round 0: a b c; round 1 starts at b; round 2 at c (which failed in round 0 and is skipped)
+    assert order == ["a", "b", "b", "a", "a", "b"]
+    assert out["a"][0] == 2.0 and out["b"][0] == 4.0  # medians of (5, 1, 2) and (9, 3, 4)
+    assert out["c"][0] == "RuntimeError: boom" and math.isnan(out["c"][1])

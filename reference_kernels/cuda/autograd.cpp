@@ -45,6 +45,16 @@ auto make_node() {
   }
 }
 
+// The node itself as its holder type: what SavedVariable::unpack needs for a saved output.
+template <typename N>
+NodePtr self_ptr(N* node) {
+  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<ag::Node>>) {
+    return node->shared_from_this();
+  } else {
+    return node->getptr();
+  }
+}
+
 bool requires_grad(const at::Tensor& t) { return t.defined() && t.requires_grad(); }
 bool requires_grad(const OptTensor& t) { return t.has_value() && requires_grad(*t); }
 
@@ -81,7 +91,7 @@ struct SoftmaxBackward : ag::Node {
   ag::variable_list apply(ag::variable_list&& grads) override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!grads[0].defined()) return {at::Tensor()};
-    return {op::softmax_backward(dense(grads[0]), y_.unpack(), log_)};
+    return {op::softmax_backward(dense(grads[0]), y_.unpack(self_ptr(this)), log_)};
   }
 };
 
@@ -121,11 +131,12 @@ struct NormBackward : ag::Node {
       const OptTensor weight = or_none(weight_.unpack());
       if (layer_) {
         std::tie(dx, dweight, dbias) = op::layer_norm_backward(
-            dy, x_.unpack(), mean_.unpack(), rstd_.unpack(), weight, shape_, weight_grad,
-            bias_grad, or_none(dh));
+            dy, x_.unpack(self_ptr(this)), mean_.unpack(), rstd_.unpack(), weight, shape_,
+            weight_grad, bias_grad, or_none(dh));
       } else {
-        std::tie(dx, dweight) = op::rms_norm_backward(dy, x_.unpack(), rstd_.unpack(), weight,
-                                                      shape_, weight_grad, or_none(dh));
+        std::tie(dx, dweight) = op::rms_norm_backward(dy, x_.unpack(self_ptr(this)),
+                                                      rstd_.unpack(), weight, shape_,
+                                                      weight_grad, or_none(dh));
       }
     }
     ag::variable_list out(num_outputs());
