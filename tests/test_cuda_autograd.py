@@ -236,6 +236,31 @@ def test_saved_input_modified_in_place_is_refused():
         y.sum().backward()
 
 
+def test_fast_path_runs_the_kernels_and_leaves_bad_calls_to_the_checked_path():
+    from reference_kernels.cuda import _dispatch
+    from reference_kernels.errors import KernelInputError
+
+    x = _rand((6, 32), torch.float32, 37)
+    cuda_softmax.softmax(x)  # loads the extension
+    assert _dispatch.FAST is not None
+    torch.testing.assert_close(_dispatch.fast_call("softmax", x, -1, False), torch.softmax(x, -1))
+    assert _dispatch.fast_call("softmax", x.cpu(), -1, False) is None
+    assert _dispatch.fast_call("rms_norm", "not a tensor", 32, None, None) is None
+    target = torch.zeros(6, dtype=torch.long, device="cuda")
+    bad = [(lambda: norms.rms_norm(x, (6,)), "trailing dims"),
+           (lambda: norms.rms_norm(x, 32, x[0]), "shape"),
+           (lambda: norms.add_layer_norm(x, x[:3], 32), "residual has shape"),
+           (lambda: cuda_softmax.softmax(x, dim=0), "last dim"),
+           (lambda: cuda_softmax.log_softmax(x.t()), "not contiguous"),
+           (lambda: pointwise.gelu(x, "fast"), "approximate"),
+           (lambda: pointwise.swiglu(x, x.double()), "dtype"),
+           (lambda: cuda_ce.cross_entropy(x, target, reduction="avg"), "reduction"),
+           (lambda: cuda_ce.cross_entropy(x, target[:3]), "target has shape")]
+    for call, message in bad:
+        with pytest.raises(KernelInputError, match=message):
+            call()
+
+
 def test_only_the_inputs_that_require_grad_get_one():
     n = 256
     x = _rand((64, n), torch.float32, 10).requires_grad_(True)

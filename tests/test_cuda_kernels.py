@@ -65,7 +65,8 @@ def test_assert_within_rejects_nan_and_drift():
 # ---------------------------------------------------------------- registry entries
 
 SPEC_IDS = {"cuda.softmax", "cuda.log_softmax", "cuda.rms_norm", "cuda.layer_norm", "cuda.gelu",
-            "cuda.silu", "cuda.swiglu", "cuda.bias_gelu", "cuda.bias_silu"}
+            "cuda.silu", "cuda.swiglu", "cuda.bias_gelu", "cuda.bias_silu", "cuda.add_rms_norm",
+            "cuda.add_layer_norm", "cuda.cross_entropy"}
 FORWARD_ONLY = {"cuda.bias_gelu", "cuda.bias_silu"}
 
 
@@ -91,6 +92,9 @@ def test_specs_replace_the_expected_ops():
     assert by_id["cuda.gelu"].replaces_aten == ("aten::gelu",)
     assert by_id["cuda.silu"].replaces_aten == ("aten::silu",)
     assert by_id["cuda.swiglu"].replaces_patterns == ("swiglu-mlp",)
+    assert by_id["cuda.add_rms_norm"].replaces_patterns == ("residual-rmsnorm",)
+    assert by_id["cuda.add_layer_norm"].replaces_patterns == ("residual-layernorm",)
+    assert by_id["cuda.cross_entropy"].replaces_patterns == ("cross-entropy",)
 
 
 def test_specs_resolve_without_building_and_match_reference_signatures():

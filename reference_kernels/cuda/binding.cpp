@@ -17,6 +17,12 @@
 #include "operators.h"
 #endif
 
+namespace ka_torch {
+#ifndef KA_NO_TORCH_LIBRARY
+void register_fast_path(pybind11::module_& m);  // fast.cpp
+#endif
+}  // namespace ka_torch
+
 namespace {
 
 using OptTensor = std::optional<at::Tensor>;
@@ -79,6 +85,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("swiglu_backward", &swiglu_backward, "(da, db) of silu(a) * b", py::arg("dy"),
         py::arg("a"), py::arg("b"));
 #ifndef KA_NO_TORCH_LIBRARY
+  register_fast_path(m);
   m.def("op_softmax", [](const at::Tensor& x, bool log) { return op::softmax(x, log); });
   m.def("op_rms_norm", [](const at::Tensor& x, const Shape& shape, const OptTensor& w,
                           double eps) { return op::rms_norm(x, shape, w, eps); });

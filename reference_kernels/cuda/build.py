@@ -2,7 +2,8 @@
 
 `load_extension()` compiles the .cu kernels and the C++ binding (forward.cpp, backward.cpp,
 cross_entropy.cpp: tensor-level ops; library.cpp and autograd.cpp: the advisor_cuda
-torch.library operators and their backward nodes; binding.cpp: the pybind module) with
+torch.library operators and their backward nodes; fast.cpp and binding.cpp: the pybind
+module) with
 torch.utils.cpp_extension.load into the torch extensions dir (TORCH_EXTENSIONS_DIR, else torch's
 default cache) for the current GPU's arch only (`-gencode=arch=compute_XY,code=sm_XY`), at -O3
 and without --use_fast_math. The extension name carries a digest of the sources, headers and
@@ -26,7 +27,7 @@ SOURCE_DIR = Path(__file__).resolve().parent
 CUDA_SOURCES: tuple[str, ...] = ("softmax.cu", "norms.cu", "bias_act.cu", "backward.cu",
                                   "pointwise.cu", "cross_entropy.cu")
 CPP_SOURCES: tuple[str, ...] = ("forward.cpp", "backward.cpp", "cross_entropy.cpp",
-                                "library.cpp", "autograd.cpp", "binding.cpp")
+                                "library.cpp", "autograd.cpp", "fast.cpp", "binding.cpp")
 HEADERS: tuple[str, ...] = ("launchers.h", "device_math.h", "rowwise.h", "activations.h",
                             "tensors.h", "ops.h", "operators.h")
 MIN_COMPUTE_CAPABILITY = (7, 0)

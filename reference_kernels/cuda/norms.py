@@ -9,7 +9,7 @@ import torch
 
 from reference_kernels.cuda._checks import (check_input, check_like, check_on_cuda,
                                             check_param, normalized_shape_of)
-from reference_kernels.cuda._dispatch import compiling, extension, operator
+from reference_kernels.cuda._dispatch import compiling, extension, fast_call, operator
 
 
 def rms_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
@@ -23,6 +23,9 @@ def fused_rms_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """aten::_fused_rms_norm: (y, rstd); rstd is float (double for fp64), shaped like x with
     each normalized dim set to 1."""
+    out = fast_call("rms_norm", x, normalized_shape, weight, eps)
+    if out is not None:
+        return out
     shape = _norm_args(x, normalized_shape, weight, None, "cuda.rms_norm")
     if compiling():
         return tuple(operator("rms_norm")(x, shape, weight, _eps(x, eps)))
@@ -41,6 +44,9 @@ def native_layer_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
                       eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """aten::native_layer_norm: (y, mean, rstd); the statistics are float (double for fp64),
     shaped like x with each normalized dim set to 1, as on CUDA."""
+    out = fast_call("layer_norm", x, normalized_shape, weight, bias, eps)
+    if out is not None:
+        return out
     shape = _norm_args(x, normalized_shape, weight, bias, "cuda.layer_norm")
     if compiling():
         return tuple(operator("layer_norm")(x, shape, weight, bias, float(eps)))
@@ -51,6 +57,9 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, normalized_shape: int 
                  weight: torch.Tensor | None = None, eps: float | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """(F.rms_norm(h, ...), h) with h = x + residual: the pre-norm transformer step."""
+    out = fast_call("add_rms_norm", x, residual, normalized_shape, weight, eps)
+    if out is not None:
+        return out[0], out[1]
     check_like(residual, check_input(x, "cuda.add_rms_norm"), "residual", "cuda.add_rms_norm")
     shape = _norm_args(x, normalized_shape, weight, None, "cuda.add_rms_norm")
     if compiling():
@@ -64,6 +73,9 @@ def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, normalized_shape: in
                    weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                    eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
     """(F.layer_norm(h, ...), h) with h = x + residual."""
+    out = fast_call("add_layer_norm", x, residual, normalized_shape, weight, bias, eps)
+    if out is not None:
+        return out[0], out[1]
     check_like(residual, check_input(x, "cuda.add_layer_norm"), "residual", "cuda.add_layer_norm")
     shape = _norm_args(x, normalized_shape, weight, bias, "cuda.add_layer_norm")
     if compiling():

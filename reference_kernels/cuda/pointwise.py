@@ -6,15 +6,21 @@ from __future__ import annotations
 import torch
 
 from reference_kernels.cuda._checks import check_input, check_like, check_on_cuda
-from reference_kernels.cuda._dispatch import compiling, extension, operator
+from reference_kernels.cuda._dispatch import compiling, extension, fast_call, operator
 from reference_kernels.errors import KernelInputError
 
 # The int flag the kernels take (ka::Activation in launchers.h; bias_act.py uses the same).
 GELU, GELU_TANH, SILU = 1, 2, 3
 
 
+_GELU_FLAGS = {"none": GELU, "tanh": GELU_TANH}
+
+
 def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """F.gelu(x, approximate=approximate)."""
+    y = fast_call("act", x, _GELU_FLAGS.get(approximate, -1))
+    if y is not None:
+        return y
     if approximate not in ("none", "tanh"):
         raise KernelInputError(f"cuda.gelu: approximate={approximate!r}",
                              "pass approximate='none' or 'tanh' (as F.gelu)")
@@ -23,11 +29,15 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
 
 def silu(x: torch.Tensor) -> torch.Tensor:
     """F.silu(x) = x * sigmoid(x)."""
-    return _act(x, SILU, "cuda.silu")
+    y = fast_call("act", x, SILU)
+    return y if y is not None else _act(x, SILU, "cuda.silu")
 
 
 def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """F.silu(a) * b for a and b of one shape."""
+    y = fast_call("swiglu", a, b)
+    if y is not None:
+        return y
     check_input(a, "cuda.swiglu")
     check_like(b, a, "b", "cuda.swiglu")
     check_on_cuda(a, "cuda.swiglu")
