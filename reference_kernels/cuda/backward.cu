@@ -234,15 +234,19 @@ __global__ void __launch_bounds__(kParamThreads)
   }
 }
 
-// out[c] = sum over chunks k of partial[k, c]: 32 columns per block, 8 lanes over the chunks.
+// out[c] = sum over chunks k of partial[k, c]: 32 columns per block, 8 lanes over the chunks;
+// blockIdx.y picks dweight (0) or dbias (1), so both sums take one launch.
 constexpr int kSumCols = 32;
 constexpr int kSumLanes = 8;
 
 template <typename T>
 __global__ void __launch_bounds__(kSumCols * kSumLanes)
-    sum_partials_kernel(const acc_t<T>* partial, T* out, int64_t chunks, int64_t cols) {
+    sum_partials_kernel(const acc_t<T>* dw_partial, T* dw, const acc_t<T>* db_partial, T* db,
+                        int64_t chunks, int64_t cols) {
   using A = acc_t<T>;
   __shared__ A lanes[kSumLanes][kSumCols];
+  const acc_t<T>* partial = blockIdx.y == 0 ? dw_partial : db_partial;
+  T* out = blockIdx.y == 0 ? dw : db;
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kSumCols + threadIdx.x;
   A s = 0;
   if (col < cols) {
@@ -280,22 +284,22 @@ void launch_norm_params_vec(const T* x, const T* dy, const acc_t<T>* mean, const
   norm_param_partial_kernel<T, VEC><<<dim3(p.grid_x, static_cast<unsigned>(chunks)),
                                       dim3(p.tx, p.ty), 0, stream>>>(
       x, dy, mean, rstd, dw_part, db_part, rows, static_cast<int>(n_vec), rows_per_chunk);
-  const dim3 sum_grid(static_cast<unsigned>((cols + kSumCols - 1) / kSumCols));
+  // dweight is always asked for here (a bias gradient alone takes the eager sum).
+  const dim3 sum_grid(static_cast<unsigned>((cols + kSumCols - 1) / kSumCols),
+                      db != nullptr ? 2 : 1);
   const dim3 sum_block(kSumCols, kSumLanes);
-  if (dw != nullptr) {
-    sum_partials_kernel<T><<<sum_grid, sum_block, 0, stream>>>(dw_part, dw, chunks, cols);
-  }
-  if (db != nullptr) {
-    sum_partials_kernel<T><<<sum_grid, sum_block, 0, stream>>>(db_part, db, chunks, cols);
-  }
+  sum_partials_kernel<T><<<sum_grid, sum_block, 0, stream>>>(dw_part, dw, db_part, db, chunks,
+                                                             cols);
 }
 
 }  // namespace
 
 int64_t norm_param_chunks(int64_t rows, int64_t cols) {
-  // About two blocks per SM in all, each chunk at least 8 rows; at most 65535 (gridDim.y).
+  // About eight 256-thread blocks per SM in all (a full SM: the partial kernel is a stream of
+  // loads, and fewer blocks left DRAM waiting on latency), each chunk at least 8 rows; at most
+  // 65535 (gridDim.y).
   const int64_t grid_x = param_plan(cols).grid_x;  // the scalar path's; the vector path has fewer
-  const int64_t want = std::max<int64_t>(1, 2 * device_sm_count() / grid_x);
+  const int64_t want = std::max<int64_t>(1, 8 * device_sm_count() / grid_x);
   return std::max<int64_t>(1, std::min<int64_t>({want, (rows + 7) / 8, 65535}));
 }
 
