@@ -19,13 +19,15 @@ Every candidate is checked against a float64 reference of the same inputs before
 (the pass rule of reference_kernels/verify.py, computed on the device; torch.empty* poisoned
 with NaN while the candidate runs). One that is wrong or raises gets a row with status
 `wrong` / `refused`, the reason, and no time: it is never reported as fast.
-Timing: triton.testing.do_bench, L2 flushed before every rep, median (`ms`).
+Timing: triton.testing.do_bench, L2 flushed before every rep, median (`ms`); the correct
+candidates of a cell take turns over ROUNDS rounds (the order rotated each round) and each
+keeps its median round, so a slow stretch of the host is shared rather than charged to one.
 frac_of_copy_bw = min_bytes / median time / the device-to-device copy bandwidth measured in
 this process (bench_kernels.copy_bandwidth, 16384x8192 float32). min_bytes is the least
 traffic any implementation needs (fwd+bwd of cross-entropy: logits read once, gradient
 written once, as a fused forward does). host_us_per_call: wall time of 20 back-to-back calls
 on the host, no synchronisation inside (the launch cost; a call that synchronises shows its
-GPU time there too).
+GPU time there too), median over the rounds.
 
     python benchmarks/bench_kernels_csv.py [--quick] [--ops norms|rowwise|pointwise|OP ...]
         [--shape-classes few-rows wide-rows mid large] [--dtypes bfloat16 float32]

@@ -1,5 +1,5 @@
 """softmax and log_softmax over the last dim through the CUDA C++ kernels (softmax.cu), with
-their backward (backward.cu) as a C++ autograd formula."""
+their backward (backward.cu) as C++ autograd nodes (autograd.cpp)."""
 from __future__ import annotations
 
 import torch
