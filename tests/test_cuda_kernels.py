@@ -324,14 +324,15 @@ def _cuobjdump() -> str | None:
 TORCH_NVCC_DEFINES = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
                       "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
                       "--expt-relaxed-constexpr"]
-# Kernel instantiations per file, 4 dtypes each: row ops 2 access widths x (warp, block) + the
-# pipelined block kernel (16-byte vectors only), + the register kernel (2 or 4 vectors per
-# thread) for the 3 dtypes other than fp64 (softmax and log_softmax; rms_norm and layer_norm);
+# Kernel instantiations per file, 4 dtypes each: row ops 2 access widths x (warp, block, warp
+# with the row in registers at 2, 4 or 8 vectors per lane) + the pipelined block kernel
+# (16-byte vectors only), + the register block kernel (2 or 4 vectors per thread) for the 3
+# dtypes other than fp64 (softmax and log_softmax; rms_norm and layer_norm);
 # bias_act 2 widths x 4 activations; backward: softmax/log_softmax and the norms' dx 2 widths x
 # (warp, block), the parameter partials 2 widths, their sum 1; pointwise 2 widths x (4
 # activation backwards + swiglu forward and backward + add); cross_entropy one row op, the
 # loss reduction 1, the backward 2 widths.
-ROW_ENTRIES = 4 * 5 + 3 * 2
+ROW_ENTRIES = 4 * (2 * (2 + 3) + 1) + 3 * 2
 EXPECTED_ENTRIES = {"softmax.cu": 2 * ROW_ENTRIES, "norms.cu": 2 * ROW_ENTRIES,
                     "bias_act.cu": 4 * 2 * 4,
                     "backward.cu": 4 * (2 * 2 * 2 + 2 * 2 + 2 + 1),

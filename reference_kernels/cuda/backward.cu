@@ -35,19 +35,19 @@ struct SoftmaxBackwardRow {
     const V* dyv = reinterpret_cast<const V*>(dy) + offset;
     V* dxv = reinterpret_cast<V*>(dx) + offset;
     A dot = 0;  // sum(dy * y), or sum(dy) for log_softmax
-    g.template for_each_vec<unroll_depth(sizeof(T))>(dyv, n_vec, [&](int i, const V& d) {
+    constexpr int kDepth = unroll_depth(sizeof(T));
+    g.template for_each_vec2<kDepth>(dyv, kLog ? nullptr : yv, n_vec,
+                                     [&](int, const V& d, const V& yy) {
       if constexpr (kLog) {
 #pragma unroll
         for (int j = 0; j < VEC; ++j) dot += to_acc(d.v[j]);
       } else {
-        const V yy = yv[i];
 #pragma unroll
         for (int j = 0; j < VEC; ++j) dot += to_acc(d.v[j]) * to_acc(yy.v[j]);
       }
     });
     dot = g.sum(dot, scratch);
-    g.template for_each_vec<unroll_depth(sizeof(T))>(dyv, n_vec, [&](int i, const V& d) {
-      const V yy = yv[i];
+    g.template for_each_vec2<kDepth>(dyv, yv, n_vec, [&](int i, const V& d, const V& yy) {
       V out;
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
@@ -105,8 +105,8 @@ struct NormBackwardRow {
     const A rs = rstd[g.row];
     A sum_g = 0;
     A sum_g_xhat = 0;
-    g.template for_each_vec<unroll_depth(sizeof(T))>(dyv, n_vec, [&](int i, const V& d) {
-      const V xx = xv[i];
+    constexpr int kDepth = unroll_depth(sizeof(T));
+    g.template for_each_vec2<kDepth>(dyv, xv, n_vec, [&](int i, const V& d, const V& xx) {
       A w[VEC];
       load_weight<VEC>(i, w);
 #pragma unroll
@@ -120,8 +120,7 @@ struct NormBackwardRow {
     const A mean_g_xhat = g.sum(sum_g_xhat, scratch) * inv_cols;
     const A mean_g = mean == nullptr ? static_cast<A>(0) : g.sum(sum_g, scratch) * inv_cols;
     const V* addv = addend == nullptr ? nullptr : reinterpret_cast<const V*>(addend) + offset;
-    g.template for_each_vec<unroll_depth(sizeof(T))>(dyv, n_vec, [&](int i, const V& d) {
-      const V xx = xv[i];
+    g.template for_each_vec2<kDepth>(dyv, xv, n_vec, [&](int i, const V& d, const V& xx) {
       A w[VEC];
       load_weight<VEC>(i, w);
       V add;

@@ -1,7 +1,8 @@
 // The row-wise skeleton that softmax, rms_norm and layer_norm share.
 //
 // A row group owns one row: one warp for short rows (cols <= kWarpMaxCols; warp-shuffle
-// reductions, 8 rows per block, no block barriers) or the whole block for long rows (warp
+// reductions, 8 rows per block, no block barriers; rows of up to 8 vectors per lane stay in
+// registers, row_kernel_warp_registers) or the whole block for long rows (warp
 // shuffles, then a cross-warp step through shared memory). Long rows of 2- and 4-byte types
 // that a block holds in 2 or 4 16-byte vectors per thread stay in registers
 // (row_kernel_registers). Otherwise the first pass reads the row from global memory with
@@ -88,6 +89,28 @@ struct RowGroup {
       }
     }
   }
+  // for_each_vec over two sources read side by side, f(i, a[i], b[i]), so that the loads of
+  // both are in flight together; b may be null (its value is then left unset and unused).
+  template <int kDepth, typename V, typename F>
+  __device__ void for_each_vec2(const V* a, const V* b, int n_vec, F&& f) const {
+    for (int base = rank; base < n_vec; base += size * kDepth) {
+      V va[kDepth];
+      V vb[kDepth];
+#pragma unroll
+      for (int u = 0; u < kDepth; ++u) {
+        const int i = base + u * size;
+        if (i < n_vec) {
+          va[u] = a[i];
+          if (b != nullptr) vb[u] = b[i];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kDepth; ++u) {
+        const int i = base + u * size;
+        if (i < n_vec) f(i, va[u], vb[u]);
+      }
+    }
+  }
   // The first pass: DRAM, unroll_depth loads deep.
   template <typename T, int VEC, typename F>
   __device__ void first_pass(const RowView<T, VEC>& row, F&& f) const {
@@ -154,6 +177,73 @@ struct RegisterRowGroup {
     }
   }
 };
+
+// A warp owns one short row and each lane keeps its kVecs vectors of it (lane, lane + 32, ...)
+// in registers: one round of loads, warp-shuffle reductions, no shared memory and no block
+// barrier. Used for rows of at most 32 * kWarpVecsMax vectors (RowPlan::warp_register_vecs),
+// where the shared-memory copy cost tiny rows about 1 us of kernel time against eager's
+// register-resident warp softmax (ncu, H200).
+template <typename V, int kVecs>
+struct WarpRegisterRowGroup {
+  int rank;
+  int size;
+  int slot;
+  int64_t row;
+  mutable V regs[kVecs];  // indexed only with unrolled constants: stays in registers
+
+  template <typename A>
+  __device__ A sum(A v, A*) const {
+    return warp_sum(v);
+  }
+  template <typename A>
+  __device__ A max(A v, A*) const {
+    return warp_max(v);
+  }
+  template <typename T, int VEC, typename F>
+  __device__ void first_pass(const RowView<T, VEC>& row, F&& f) const {
+#pragma unroll
+    for (int u = 0; u < kVecs; ++u) {
+      const int i = rank + u * kWarpSize;
+      if (i < row.n_vec) regs[u] = row.x[i];
+    }
+    later_pass(row, f);
+  }
+  template <typename T, int VEC, typename F>
+  __device__ void later_pass(const RowView<T, VEC>& row, F&& f) const {
+#pragma unroll
+    for (int u = 0; u < kVecs; ++u) {
+      const int i = rank + u * kWarpSize;
+      if (i < row.n_vec) f(i, regs[u]);
+    }
+  }
+};
+
+constexpr int kWarpVecsMax = 8;  // vectors per lane: 1024 fp32 or 256 scalar columns
+
+// Vectors per lane (2, 4 or 8) for a warp-held row of n_vec vectors; 0 if it does not fit.
+inline int warp_register_vecs(int64_t n_vec) {
+  for (const int k : {2, 4, kWarpVecsMax}) {
+    if (n_vec <= static_cast<int64_t>(k) * kWarpSize) return k;
+  }
+  return 0;
+}
+
+template <typename Op, int VEC, int kVecs>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
+    row_kernel_warp_registers(Op op, int64_t rows, int n_vec) {
+  using T = typename Op::elem_t;
+  using V = Vec<T, VEC>;
+  __shared__ acc_t<T> scratch[kWarpSize];  // run()'s signature; warp reductions never touch it
+  const int warp = threadIdx.x / kWarpSize;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+  if (row >= rows) return;  // whole warps only
+  const WarpRegisterRowGroup<V, kVecs> g{static_cast<int>(threadIdx.x % kWarpSize), kWarpSize,
+                                         warp, row, {}};
+  const int64_t offset = row * n_vec;
+  const RowView<T, VEC> view{reinterpret_cast<const V*>(op.x) + offset,
+                             reinterpret_cast<V*>(op.y) + offset, nullptr, n_vec};
+  op.template run<VEC>(g, view, scratch);
+}
 
 // Blocks of kMaxBlockThreads that must fit on one SM together, which caps registers per
 // thread at 65536 / (n * 512): 32 for 16-bit types (2048 threads resident: their rows carry
@@ -348,7 +438,15 @@ void launch_rows_vec(const Op& op, int64_t rows, int64_t cols, cudaStream_t stre
   RowPlan p = plan_rows(rows, cols, VEC, sizeof(typename Op::elem_t));
   const int n_vec = static_cast<int>(cols / VEC);
   if (!p.warp_per_row) p.register_vecs = pick_register_vecs<Op, VEC>(n_vec);
-  if (p.warp_per_row) {
+  const int warp_vecs = p.warp_per_row ? warp_register_vecs(n_vec) : 0;
+  if (warp_vecs == 2) {
+    row_kernel_warp_registers<Op, VEC, 2><<<p.grid, p.threads, 0, stream>>>(op, rows, n_vec);
+  } else if (warp_vecs == 4) {
+    row_kernel_warp_registers<Op, VEC, 4><<<p.grid, p.threads, 0, stream>>>(op, rows, n_vec);
+  } else if (warp_vecs == kWarpVecsMax) {
+    row_kernel_warp_registers<Op, VEC, kWarpVecsMax><<<p.grid, p.threads, 0, stream>>>(
+        op, rows, n_vec);
+  } else if (p.warp_per_row) {
     row_kernel<Op, VEC, true><<<p.grid, p.threads, p.smem_bytes, stream>>>(op, rows, n_vec,
                                                                            p.cache_row);
   } else if (p.register_vecs != 0) {
