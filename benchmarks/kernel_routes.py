@@ -65,7 +65,10 @@ def as_shipped(df: pd.DataFrame, leave_one_out: bool = False, host_bound_step: b
         op = kernel.split(".", 1)[1]
         for i, p in enumerate(points):
             others = tuple(points[:i] + points[i + 1:]) if leave_one_out else (p,)
-            if not others or not nearest(others, p.rows, p.cols).loses(host_bound_step):
+            if not others:
+                continue
+            q = nearest(others, p.rows, p.cols)  # as try-kernel decides a call of p's shape
+            if not q.loses(host_bound_step, q.scale_to(p.rows, p.cols)):
                 continue
             mask = ((out["provider"] == provider) & (out["op"] == op) & (out["rows"] == p.rows)
                     & (out["cols"] == p.cols) & (out["dtype"] == dtype) & (out["pass"] == pass_))

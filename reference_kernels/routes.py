@@ -10,8 +10,11 @@ the cells around them; calls far larger than any measured shape keep the kernel 
 Which time decides depends on the model. In a host-bound step (the device busy less than
 HOST_BOUND_BELOW_BUSY_FRAC of it) nothing hides a call's host time, so a call costs the longer
 of its GPU and host time: a Python launcher loses mid sizes there (H200: the bundled gelu made
-a ViT 0.68x as fast while winning the sweep's GPU time). In a device-bound step the GPU queue
-hides the launch and GPU time decides. Without a measured step the host-bound rule holds: it
+a ViT 0.68x as fast while winning the sweep's GPU time). There the point's GPU times are first
+scaled to the call's size (elements of the call / elements of the point: these ops move bytes
+in proportion to their elements), since the host time of a call does not grow with it: a call
+smaller than its nearest point is more host-bound than the point was. In a device-bound step
+the GPU queue hides the launch and GPU time decides, unscaled (the ratio is what counts). Without a measured step the host-bound rule holds: it
 never makes a model slower where the other might.
 
 NB: float16 calls follow the bfloat16 points (same element size; the sweep measures bfloat16
@@ -61,21 +64,33 @@ class Point:
     gpu: str
     commit: str
 
-    def times_ms(self, host_bound_step: bool) -> tuple[float, float]:
-        """(kernel, eager) time per call in this regime (module docstring)."""
+    def times_ms(self, host_bound_step: bool, scale: float = 1.0) -> tuple[float, float]:
+        """(kernel, eager) time per call in this regime (module docstring); `scale`: the
+        call's elements over the point's, applied to the GPU times of a host-bound step.
+
+        NB: a GPU time scaled far down ignores the launch's floor of a few us; host time, the
+        larger there, decides such calls anyway."""
         if not host_bound_step:
             return self.kernel_ms, self.eager_ms
-        kernel = self.kernel_ms if math.isnan(self.kernel_ms) else max(self.kernel_ms, self.kernel_host_ms)
-        return kernel, max(self.eager_ms, self.eager_host_ms)
+        kernel_gpu, eager_gpu = self.kernel_ms * scale, self.eager_ms * scale
+        kernel = kernel_gpu if math.isnan(kernel_gpu) else max(kernel_gpu, self.kernel_host_ms)
+        return kernel, max(eager_gpu, self.eager_host_ms)
 
-    def loses(self, host_bound_step: bool) -> bool:
+    def loses(self, host_bound_step: bool, scale: float = 1.0) -> bool:
         """Eager is as fast or faster (a tie goes to eager: nothing to gain, a launch to pay)."""
-        kernel, eager = self.times_ms(host_bound_step)
+        kernel, eager = self.times_ms(host_bound_step, scale)
         return math.isnan(kernel) or kernel >= eager
 
-    def reason(self, kernel_id: str, dtype: str, pass_: str, host_bound_step: bool) -> str:
-        kernel_ms, eager_ms = self.times_ms(host_bound_step)
+    def scale_to(self, rows: int, cols: int) -> float:
+        """A (rows, cols) call's elements over this point's."""
+        return rows * cols / (self.rows * self.cols)
+
+    def reason(self, kernel_id: str, dtype: str, pass_: str, host_bound_step: bool,
+               scale: float = 1.0) -> str:
+        kernel_ms, eager_ms = self.times_ms(host_bound_step, scale)
         what = "a call (GPU or host time, the longer)" if host_bound_step else "of GPU time"
+        if host_bound_step and scale != 1.0:
+            what = f"a call (host time, or GPU time scaled {scale:.3g}x to this call's size: the longer)"
         eager = f"{eager_ms * 1e3:.1f} us"
         times = (f"the kernel was wrong or refused there, eager {eager} {what}"
                  if math.isnan(kernel_ms) else f"{kernel_ms * 1e3:.1f} us against eager's {eager} {what}")
@@ -126,10 +141,13 @@ class RouteTable:
 
     def _decide(self, rows: int, cols: int, dtype: str, grad: bool, host_bound_step: bool) -> str:
         point = self.point(rows, cols, dtype, grad)
-        if point is None or not point.loses(host_bound_step):
+        if point is None:
+            return ""
+        scale = point.scale_to(rows, cols)
+        if not point.loses(host_bound_step, scale):
             return ""
         return point.reason(self.kernel_id, _DTYPE_POINTS.get(dtype, dtype),
-                            "fwd+bwd" if grad else "fwd", host_bound_step)
+                            "fwd+bwd" if grad else "fwd", host_bound_step, scale)
 
 
 class RoutesFileError(ValueError):

@@ -51,17 +51,34 @@ def _table():
 def test_route_table_decides_by_pass_dtype_and_regime():
     t = _table()
     assert t.eager_reason(2, 100, "bfloat16", False).startswith("triton.op loses at 1x127 bfloat16 fwd")
-    assert "20.0 us against eager's 10.0 us a call" in t.eager_reason(2, 100, "bfloat16", False)
+    # 2x100 is 200/127 = 1.57x the point's elements: GPU 20 and 10 us scale to 31.5 and 15.7
+    assert "31.5 us against eager's 15.7 us a call" in t.eager_reason(2, 100, "bfloat16", False)
+    assert "scaled 1.57x to this call's size" in t.eager_reason(2, 100, "bfloat16", False)
     assert "of GPU time" in t.eager_reason(2, 100, "bfloat16", False, False)
     # 4096x4096: 10 us of GPU time against 20 wins a device-bound step; 50 us of host time loses
+    # (4000x4000 is 0.954x the point: eager's 20 us of GPU time scales to 19.1)
     assert t.eager_reason(4000, 4000, "bfloat16", False, False) == ""
-    assert "50.0 us against eager's 20.0 us" in t.eager_reason(4000, 4000, "bfloat16", False, True)
-    assert "the kernel was wrong or refused there, eager 200.0 us" in t.eager_reason(4000, 4000, "bfloat16", True)
+    assert "50.0 us against eager's 19.1 us" in t.eager_reason(4000, 4000, "bfloat16", False, True)
+    assert "the kernel was wrong or refused there, eager 190.7 us" in t.eager_reason(4000, 4000, "bfloat16", True)
     assert t.eager_reason(2, 100, "float16", False) != ""  # float16 follows bfloat16's points
     assert t.eager_reason(2, 100, "float32", False) == ""  # no points: the kernel keeps it
     assert t.eager_reason(0, 100, "bfloat16", False) == ""
     assert t.eager_counts(True) == {"fwd": (2, 2), "fwd+bwd": (2, 2)}
     assert t.eager_counts(False) == {"fwd": (1, 2), "fwd+bwd": (2, 2)}
+
+
+def test_a_smaller_call_of_a_host_bound_step_scales_the_gpu_time_not_the_host_time():
+    # H200 sweep, triton.gelu bf16 fwd at 4096x4096: GPU 21.9 us against eager's 27.5, host
+    # 17.3 us against 7.1: the kernel wins the point itself even counting host time. A ViT's
+    # 6304x768 call has 0.289x its elements: GPU 6.3 against 7.9 us, so the host time decides,
+    # 17.3 against 7.9 us, and the call goes to eager (it made the ViT 0.77x as fast).
+    p = _p(4096, 4096, 0.0219, 0.0275, kernel_host_ms=0.0173, eager_host_ms=0.0071)
+    t = RouteTable("triton.gelu", {("bfloat16", "fwd"): (p,)})
+    assert not p.loses(True)
+    assert t.eager_reason(4096, 4096, "bfloat16", False, True) == ""
+    reason = t.eager_reason(6304, 768, "bfloat16", False, True)
+    assert "17.3 us against eager's 7.9 us" in reason and "scaled 0.289x" in reason
+    assert t.eager_reason(6304, 768, "bfloat16", False, False) == ""  # device-bound: GPU ratio
 
 
 def test_host_bound_is_below_the_busy_threshold():
