@@ -4,6 +4,7 @@ The kernels run in Triton's CPU interpreter here (conftest sets TRITON_INTERPRET
 CUDA), under Inductor, as opaque torch.library operators.
 """
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,7 +19,7 @@ from kernel_advisor.trykernel.selection import build_sets, load_candidates
 from kernel_advisor.trykernel.sets import CandidateSet, TryOptions
 from kernel_advisor.trykernel.substitute_aten import reference_adapter
 from kernel_advisor.trykernel.variants import try_candidates
-from reference_kernels.registry import get_kernel
+from reference_kernels.registry import all_kernels, get_kernel
 
 pytestmark = [
     pytest.mark.skipif(torch.cuda.is_available(), reason="CPU test: the kernels run in Triton's interpreter"),
@@ -130,14 +131,28 @@ def _python_softmax(x, dim=-1):
     return torch.softmax(x.double(), dim).to(x.dtype)
 
 
-def test_only_bundled_triton_kernels_get_a_compiled_variant(tmp_path):
+def test_only_bundled_kernels_get_a_compiled_variant(tmp_path):
     dtypes = ("float32",)
     user = Candidate("mine.py:softmax", "user", "user", "python", _python_softmax,
                      (reference_adapter("aten::_softmax", dtypes, False),), (), dtypes, False, default_tolerance)
     report = try_candidates(_model(tmp_path), [CandidateSet(user.id, (user,))], OPTIONS, RunEvidence())
     assert [v.name for v in report.variants] == ["eager", "torch.compile", "mine.py:softmax"]
     assert any(n.startswith("torch.compile + mine.py:softmax left out: mine.py:softmax is not a bundled "
-                            "Triton kernel") for n in report.notes)
+                            "kernel") for n in report.notes)
+
+
+def test_each_bundled_kernel_names_the_operator_its_compiled_graph_holds():
+    from kernel_advisor.trykernel.compiled import op_name
+
+    assert op_name("triton.rms_norm") == "advisor_kernels::rms_norm"
+    assert op_name("cuda.rms_norm") == "advisor_cuda::rms_norm"
+    assert op_name("cuda.log_softmax") == "advisor_cuda::softmax"
+    assert op_name("cuda.silu") == "advisor_cuda::act" and op_name("cuda.bias_gelu") == "advisor_cuda::bias_act"
+    # every CUDA kernel's operator is one library.cpp defines
+    library = (Path(__file__).resolve().parents[1] / "reference_kernels" / "cuda" / "library.cpp").read_text()
+    for spec in all_kernels():
+        if spec.id.startswith("cuda."):
+            assert f'm.def("{op_name(spec.id).split("::")[1]}(' in library, spec.id
 
 
 def test_timed_against_torch_compile_where_the_kernel_can_be_timed(tmp_path, monkeypatch):

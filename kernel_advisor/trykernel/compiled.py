@@ -3,14 +3,13 @@
 The model is compiled with the candidate set installed the way Dynamo can trace: module
 swaps in traced mode (substitute_module.py) and a TorchFunctionMode for the aten-level
 kernels (substitute_function.py), both built once so that the compiled code's guards hold
-from one step to the next. Only the bundled Triton kernels take part: they are
-torch.library operators (reference_kernels/triton/_ops.py), so the compiled graph can hold
-them. An --impl function is opaque Python to Dynamo. The CUDA C++ kernels are advisor_cuda
-operators that compile without a graph break (reference_kernels/cuda/library.cpp), but get no
-compiled variant here yet: their call sites are not counted.
+from one step to the next. Only the bundled kernels take part: they are torch.library
+operators (the Triton kernels' advisor_kernels, reference_kernels/triton/_ops.py; the CUDA
+kernels' advisor_cuda, reference_kernels/cuda/library.cpp), so the compiled graph can hold
+them. An --impl function is opaque Python to Dynamo.
 
 `torch._dynamo.explain` reports the graphs, the graph breaks and their reasons, and the
-proof that the kernel runs compiled: its `advisor_kernels` operator among the graphs' nodes
+proof that the kernel runs compiled: its operator among the graphs' nodes
 (counting calls at run time would be a side effect inside the compiled code). explain resets
 Dynamo's caches, so every explain runs before anything is compiled.
 """
@@ -31,7 +30,14 @@ from kernel_advisor.trykernel.substitute_function import KernelFunctionMode, cov
 from kernel_advisor.trykernel.substitute_module import ModuleSwap, build_forwards, patched_forwards
 
 KIND = "compile+kernel"
-OP_NAMESPACE = "advisor_kernels"  # reference_kernels/triton/_ops.py's NAMESPACE
+# The operator namespace of each bundled backend (reference_kernels/triton/_ops.py's NAMESPACE,
+# reference_kernels/cuda/_dispatch.py's NAMESPACE).
+OP_NAMESPACES = {"triton": "advisor_kernels", "cuda": "advisor_cuda"}
+# CUDA kernels that share an operator (reference_kernels/cuda/library.cpp); the rest are
+# named as their kernel. NB: a set holding both kernels of one operator (cuda.gelu and
+# cuda.silu) counts that operator's sites for each.
+CUDA_OPERATORS = {"log_softmax": "softmax", "gelu": "act", "silu": "act",
+                  "bias_gelu": "bias_act", "bias_silu": "bias_act"}
 MAX_REASON_CHARS = 300
 
 
@@ -67,15 +73,19 @@ class KernelCompiled:
 
 
 def op_name(kernel_id: str) -> str:
-    """The operator a bundled Triton kernel registers: triton.rms_norm -> advisor_kernels::rms_norm."""
-    return f"{OP_NAMESPACE}::{kernel_id.split('.', 1)[-1]}"
+    """The operator a bundled kernel calls: triton.rms_norm -> advisor_kernels::rms_norm,
+    cuda.gelu -> advisor_cuda::act."""
+    backend, name = kernel_id.split(".", 1)
+    if backend == "cuda":
+        name = CUDA_OPERATORS.get(name, name)
+    return f"{OP_NAMESPACES[backend]}::{name}"
 
 
 def compile_problem(c: Candidate) -> str:
     """Why `c` gets no compiled variant ("" when it does)."""
-    if c.origin != "reference" or c.backend != "triton":
-        return (f"{c.id} is not a bundled Triton kernel: only those get a compiled variant "
-                "(try-kernel counts their advisor_kernels operators in the compiled graphs)")
+    if c.origin != "reference" or c.backend not in OP_NAMESPACES:
+        return (f"{c.id} is not a bundled kernel: only those get a compiled variant "
+                "(try-kernel counts their operators in the compiled graphs)")
     uncovered = [a.name for a in c.aten if not covers(a.name)]
     if uncovered:
         return f"{c.id}: no function-level substitution for {', '.join(uncovered)}"
@@ -101,7 +111,7 @@ def installer(cands: Sequence[Candidate]) -> Callable[[], ContextManager]:
 
 def plan(loaded: LoadedModel, sets: Sequence[CandidateSet], options: TryOptions
          ) -> tuple[list[KernelCompiled], list[str]]:
-    """A compiled variant per set of bundled Triton kernels; notes for the sets left out."""
+    """A compiled variant per set of bundled kernels; notes for the sets left out."""
     out, notes = [], []
     for s in sets:
         problems = [p for p in (compile_problem(c) for c in s.members) if p]
@@ -133,7 +143,7 @@ def explain_graphs(loaded: LoadedModel, inputs: list, mode: str,
         for node in gm.graph.nodes:
             target = node.target
             if node.op == "call_function" and isinstance(target, torch._ops.OpOverload) \
-                    and target.namespace == OP_NAMESPACE:
+                    and target.namespace in OP_NAMESPACES.values():
                 sites[target.name()] = sites.get(target.name(), 0) + 1
     reasons = tuple(_first_line(str(r.reason)) for r in explained.break_reasons)
     return GraphSummary(graphs=explained.graph_count, breaks=explained.graph_break_count,
