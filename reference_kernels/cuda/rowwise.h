@@ -139,11 +139,15 @@ __device__ RowGroup<kWarpPerRow> this_row_group() {
           static_cast<int64_t>(blockIdx.x)};
 }
 
-// A block owns one row and each thread keeps its kVecs vectors of it in registers: the first
-// pass loads them all before using the first (kVecs * 16 bytes in flight per thread) and the
-// later passes re-read registers, so there is no shared-memory copy to wait on or bank-conflict
-// through. Used for long rows of up to kMaxBlockThreads * kVecs vectors (RowPlan::registers).
-template <typename V, int kVecs>
+// A row held in registers, kVecs vectors per thread (rank, rank + size, ...): the first pass
+// loads them all before using the first (kVecs * 16 bytes in flight per thread) and the later
+// passes re-read registers, so there is no shared-memory copy to wait on or bank-conflict
+// through. kWarp false: a block owns a long row of up to kMaxBlockThreads * kVecs vectors
+// (RowPlan::register_vecs) and reduces across warps. kWarp true: a warp owns a short row of up
+// to 32 * kWarpVecsMax vectors (warp_register_vecs) and reduces with shuffles alone, no block
+// barrier; the shared-memory copy of the warp path cost tiny rows about 1 us of kernel time
+// against eager's register-resident warp softmax (ncu, H200).
+template <typename V, int kVecs, bool kWarp = false>
 struct RegisterRowGroup {
   int rank;
   int size;
@@ -153,17 +157,19 @@ struct RegisterRowGroup {
 
   template <typename A>
   __device__ A sum(A v, A* scratch) const {
+    if constexpr (kWarp) return warp_sum(v);
     return block_reduce<false>(v, scratch);
   }
   template <typename A>
   __device__ A max(A v, A* scratch) const {
+    if constexpr (kWarp) return warp_max(v);
     return block_reduce<true>(v, scratch);
   }
   template <typename T, int VEC, typename F>
   __device__ void first_pass(const RowView<T, VEC>& row, F&& f) const {
 #pragma unroll
     for (int u = 0; u < kVecs; ++u) {
-      const int i = rank + u * size;
+      const int i = rank + u * stride();
       if (i < row.n_vec) regs[u] = row.x[i];
     }
     later_pass(row, f);
@@ -172,50 +178,11 @@ struct RegisterRowGroup {
   __device__ void later_pass(const RowView<T, VEC>& row, F&& f) const {
 #pragma unroll
     for (int u = 0; u < kVecs; ++u) {
-      const int i = rank + u * size;
+      const int i = rank + u * stride();
       if (i < row.n_vec) f(i, regs[u]);
     }
   }
-};
-
-// A warp owns one short row and each lane keeps its kVecs vectors of it (lane, lane + 32, ...)
-// in registers: one round of loads, warp-shuffle reductions, no shared memory and no block
-// barrier. Used for rows of at most 32 * kWarpVecsMax vectors (RowPlan::warp_register_vecs),
-// where the shared-memory copy cost tiny rows about 1 us of kernel time against eager's
-// register-resident warp softmax (ncu, H200).
-template <typename V, int kVecs>
-struct WarpRegisterRowGroup {
-  int rank;
-  int size;
-  int slot;
-  int64_t row;
-  mutable V regs[kVecs];  // indexed only with unrolled constants: stays in registers
-
-  template <typename A>
-  __device__ A sum(A v, A*) const {
-    return warp_sum(v);
-  }
-  template <typename A>
-  __device__ A max(A v, A*) const {
-    return warp_max(v);
-  }
-  template <typename T, int VEC, typename F>
-  __device__ void first_pass(const RowView<T, VEC>& row, F&& f) const {
-#pragma unroll
-    for (int u = 0; u < kVecs; ++u) {
-      const int i = rank + u * kWarpSize;
-      if (i < row.n_vec) regs[u] = row.x[i];
-    }
-    later_pass(row, f);
-  }
-  template <typename T, int VEC, typename F>
-  __device__ void later_pass(const RowView<T, VEC>& row, F&& f) const {
-#pragma unroll
-    for (int u = 0; u < kVecs; ++u) {
-      const int i = rank + u * kWarpSize;
-      if (i < row.n_vec) f(i, regs[u]);
-    }
-  }
+  __device__ int stride() const { return kWarp ? kWarpSize : size; }
 };
 
 constexpr int kWarpVecsMax = 8;  // vectors per lane: 1024 fp32 or 256 scalar columns
@@ -237,12 +204,35 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
   const int warp = threadIdx.x / kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
   if (row >= rows) return;  // whole warps only
-  const WarpRegisterRowGroup<V, kVecs> g{static_cast<int>(threadIdx.x % kWarpSize), kWarpSize,
-                                         warp, row, {}};
+  const RegisterRowGroup<V, kVecs, true> g{static_cast<int>(threadIdx.x % kWarpSize), kWarpSize,
+                                           warp, row, {}};
   const int64_t offset = row * n_vec;
   const RowView<T, VEC> view{reinterpret_cast<const V*>(op.x) + offset,
                              reinterpret_cast<V*>(op.y) + offset, nullptr, n_vec};
   op.template run<VEC>(g, view, scratch);
+}
+
+// The row's max (the first pass, which also fills the cache) and sum of exp(x - max) (a later
+// pass): softmax's two reductions, and cross-entropy's for its logsumexp.
+template <typename T, int VEC, typename G>
+__device__ void row_max_and_sum_exp(const G& g, const RowView<T, VEC>& row, acc_t<T>* scratch,
+                                    acc_t<T>& row_max, acc_t<T>& row_sum) {
+  using A = acc_t<T>;
+  using V = Vec<T, VEC>;
+  row_max = static_cast<A>(-INFINITY);
+  g.first_pass(row, [&](int i, const V& v) {
+    if (row.cache != nullptr) row.cache[i] = v;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) row_max = max_acc(row_max, to_acc(v.v[j]));
+  });
+  row_max = g.max(row_max, scratch);
+  const ShiftedExp<T> shifted_exp{row_max};
+  row_sum = 0;
+  g.later_pass(row, [&](int, const V& v) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) row_sum += shifted_exp(to_acc(v.v[j]));
+  });
+  row_sum = g.sum(row_sum, scratch);
 }
 
 // Blocks of kMaxBlockThreads that must fit on one SM together, which caps registers per

@@ -29,22 +29,10 @@ struct SoftmaxRow {
   __device__ void run(const G& g, const RowView<T, VEC>& row, acc_t<T>* scratch) const {
     using A = acc_t<T>;
     using V = Vec<T, VEC>;
-    A row_max = static_cast<A>(-INFINITY);
-    g.first_pass(row, [&](int i, const V& v) {
-      if (row.cache != nullptr) row.cache[i] = v;
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) row_max = max_acc(row_max, to_acc(v.v[j]));
-    });
-    row_max = g.max(row_max, scratch);
-
+    A row_max;
+    A row_sum;
+    row_max_and_sum_exp(g, row, scratch, row_max, row_sum);
     const ShiftedExp<T> shifted_exp{row_max};
-    A row_sum = 0;
-    g.later_pass(row, [&](int, const V& v) {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) row_sum += shifted_exp(to_acc(v.v[j]));
-    });
-    row_sum = g.sum(row_sum, scratch);
-
     const A inv_sum = static_cast<A>(1) / row_sum;
     const A shift = row_max + log_acc(row_sum);  // log_softmax: y = x - shift
     g.later_pass(row, [&](int i, const V& v) {
