@@ -156,21 +156,16 @@ void launch_backward_rows_vec(const Op& op, int64_t rows, int64_t cols, cudaStre
         op, rows, n_vec);
     return;
   }
-  // Enough threads that one round of unroll_depth loads covers the row, within [128, 512].
-  const int64_t want = (n_vec + unroll_depth(sizeof(typename Op::elem_t)) - 1) /
-                       unroll_depth(sizeof(typename Op::elem_t));
-  const int64_t rounded = (want + kWarpSize - 1) / kWarpSize * kWarpSize;
-  const auto threads = static_cast<unsigned>(
-      std::min<int64_t>(kMaxBlockThreads, std::max<int64_t>(kMinBlockThreads, rounded)));
+  const unsigned threads =
+      block_row_threads(n_vec, unroll_depth(sizeof(typename Op::elem_t)));
   backward_row_kernel<Op, VEC, false><<<static_cast<unsigned>(rows), threads, 0, stream>>>(
       op, rows, n_vec);
 }
 
 template <typename Op>
 void launch_backward_rows(const Op& op, int64_t rows, int64_t cols, cudaStream_t stream) {
-  using T = typename Op::elem_t;
-  constexpr int kVec = vec16_elems<T>();
-  if (op.aligned16() && (cols * static_cast<int64_t>(sizeof(T))) % kVecBytes == 0) {
+  constexpr int kVec = vec16_elems<typename Op::elem_t>();
+  if (rows_take_vec16(op, cols)) {
     launch_backward_rows_vec<Op, kVec>(op, rows, cols, stream);
   } else {
     launch_backward_rows_vec<Op, 1>(op, rows, cols, stream);

@@ -85,8 +85,8 @@ py::object softmax(const at::Tensor& x, int64_t dim, bool log) {
 double eps_or_default(std::optional<double> eps, const at::Tensor& x) {
   if (eps.has_value()) return *eps;
   switch (x.scalar_type()) {
-    case at::kHalf: return 0.0009765625;  // 2^-10
-    case at::kBFloat16: return 0.0078125;  // 2^-7
+    case at::kHalf: return static_cast<float>(std::numeric_limits<c10::Half>::epsilon());
+    case at::kBFloat16: return static_cast<float>(std::numeric_limits<c10::BFloat16>::epsilon());
     case at::kDouble: return std::numeric_limits<double>::epsilon();
     default: return std::numeric_limits<float>::epsilon();
   }

@@ -357,6 +357,23 @@ inline int64_t register_threads(int64_t n_vec, int k_vecs) {
   return threads <= kMaxBlockThreads ? threads : 0;
 }
 
+// Threads of a block that owns a row of n_vec vectors, per_thread of them each: enough for one
+// round of loads to cover the row, a warp multiple within [kMinBlockThreads, kMaxBlockThreads].
+inline unsigned block_row_threads(int64_t n_vec, int64_t per_thread) {
+  const int64_t want = (n_vec + per_thread - 1) / per_thread;
+  const int64_t rounded = (want + kWarpSize - 1) / kWarpSize * kWarpSize;
+  return static_cast<unsigned>(
+      std::min<int64_t>(kMaxBlockThreads, std::max<int64_t>(kMinBlockThreads, rounded)));
+}
+
+// Whether `op`'s rows of `cols` take 16-byte vectors: every pointer 16-byte aligned and the
+// row pitch keeping each row aligned (cols * sizeof(T) % 16 == 0).
+template <typename Op>
+bool rows_take_vec16(const Op& op, int64_t cols) {
+  return op.aligned16() &&
+         (cols * static_cast<int64_t>(sizeof(typename Op::elem_t))) % kVecBytes == 0;
+}
+
 struct RowPlan {
   bool warp_per_row;
   int register_vecs;  // 2 or 4: rows in registers (row_kernel_registers); 0: not
@@ -384,11 +401,7 @@ inline RowPlan plan_rows(int64_t rows, int64_t cols, int vec, size_t elem_bytes)
   // Pipelined: 4 vectors per thread (its loads are asynchronous, so fewer threads per row
   // leave room for more rows per SM). Otherwise unroll_depth vectors: one round of loads in
   // flight covers the row.
-  const int64_t per_thread = p.pipelined ? 4 : unroll_depth(elem_bytes);
-  const int64_t want = (n_vec + per_thread - 1) / per_thread;
-  const int64_t rounded = (want + kWarpSize - 1) / kWarpSize * kWarpSize;
-  p.threads = static_cast<unsigned>(
-      std::min<int64_t>(kMaxBlockThreads, std::max<int64_t>(kMinBlockThreads, rounded)));
+  p.threads = block_row_threads(n_vec, p.pipelined ? 4 : unroll_depth(elem_bytes));
   p.grid = static_cast<unsigned>(rows);
   p.cache_row = !p.pipelined && row_bytes <= kMaxCacheBytes;
   p.smem_bytes = p.pipelined ? static_cast<size_t>(2 * row_bytes)
@@ -464,13 +477,11 @@ void launch_rows_vec(const Op& op, int64_t rows, int64_t cols, cudaStream_t stre
   }
 }
 
-// 16-byte vectors when every pointer is 16-byte aligned and the row pitch keeps each row
-// aligned (cols * sizeof(T) % 16 == 0); element-wise accesses otherwise.
+// 16-byte vectors where the rows take them (rows_take_vec16), element-wise accesses otherwise.
 template <typename Op>
 void launch_rows(const Op& op, int64_t rows, int64_t cols, cudaStream_t stream) {
-  using T = typename Op::elem_t;
-  constexpr int kVec = vec16_elems<T>();
-  if (op.aligned16() && (cols * static_cast<int64_t>(sizeof(T))) % kVecBytes == 0) {
+  constexpr int kVec = vec16_elems<typename Op::elem_t>();
+  if (rows_take_vec16(op, cols)) {
     launch_rows_vec<Op, kVec>(op, rows, cols, stream);
   } else {
     launch_rows_vec<Op, 1>(op, rows, cols, stream);
