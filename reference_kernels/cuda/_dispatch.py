@@ -53,6 +53,14 @@ def compiling() -> bool:
     return torch.compiler.is_compiling()
 
 
+def checked_call(name: str, *args):
+    """The operator after the wrapper's Python checks: torch.ops.advisor_cuda.<name> while
+    Dynamo traces, else the extension's op_<name> (building or loading it first)."""
+    if compiling():
+        return operator(name)(*args)
+    return getattr(extension(), f"op_{name}")(*args)
+
+
 def operator(name: str):
     """torch.ops.advisor_cuda.<name>, for Dynamo's trace (loads the extension first)."""
     _operators_loaded()

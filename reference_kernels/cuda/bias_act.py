@@ -7,7 +7,7 @@ import torch
 from reference_kernels.errors import KernelInputError
 from reference_kernels.cuda._checks import (check_forward_only, check_input, check_on_cuda,
                                             check_param)
-from reference_kernels.cuda._dispatch import compiling, extension, operator
+from reference_kernels.cuda._dispatch import checked_call
 
 # The int flag the kernel takes (ka::Activation in launchers.h).
 ACTIVATIONS: dict[str, int] = {"relu": 0, "gelu": 1, "gelu_tanh": 2, "silu": 3}
@@ -29,9 +29,7 @@ def bias_act(x: torch.Tensor, bias: torch.Tensor, act: str) -> torch.Tensor:
     check_forward_only(x, "x", f"cuda.bias_{act}")
     check_forward_only(bias, "bias", f"cuda.bias_{act}")
     check_on_cuda(x, f"cuda.bias_{act}")
-    if compiling():
-        return operator("bias_act")(x, bias, ACTIVATIONS[act])
-    return extension().op_bias_act(x, bias, ACTIVATIONS[act])
+    return checked_call("bias_act", x, bias, ACTIVATIONS[act])
 
 
 def bias_gelu(x: torch.Tensor, bias: torch.Tensor, approximate: str = "none") -> torch.Tensor:

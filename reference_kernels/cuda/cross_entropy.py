@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from reference_kernels.cuda._checks import check_input, check_on_cuda
-from reference_kernels.cuda._dispatch import compiling, extension, fast_call, operator
+from reference_kernels.cuda._dispatch import checked_call, fast_call
 from reference_kernels.errors import KernelInputError
 
 # The int the kernels take (ka::Reduction in launchers.h).
@@ -25,9 +25,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
     code = _check(logits, target, reduction)
     if target.dtype != torch.int64:
         target = target.long()
-    if compiling():
-        return operator("cross_entropy")(logits, target, int(ignore_index), code)[0]
-    return extension().op_cross_entropy(logits, target, int(ignore_index), code)[0]
+    return checked_call("cross_entropy", logits, target, int(ignore_index), code)[0]
 
 
 def _check(logits: object, target: object, reduction: str) -> int:

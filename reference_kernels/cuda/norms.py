@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import torch
 
-from reference_kernels.cuda._checks import (check_input, check_like, check_on_cuda,
-                                            check_param, normalized_shape_of)
-from reference_kernels.cuda._dispatch import compiling, extension, fast_call, operator
+from reference_kernels.cuda._checks import (SUPPORTED_DTYPES, check_input, check_like,
+                                            check_on_cuda, check_param, normalized_shape_of)
+from reference_kernels.cuda._dispatch import checked_call, fast_call
 
 
 def rms_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
@@ -27,9 +27,7 @@ def fused_rms_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
     if out is not None:
         return out
     shape = _norm_args(x, normalized_shape, weight, None, "cuda.rms_norm")
-    if compiling():
-        return tuple(operator("rms_norm")(x, shape, weight, _eps(x, eps)))
-    return extension().op_rms_norm(x, shape, weight, _eps(x, eps))
+    return checked_call("rms_norm", x, shape, weight, _eps(x, eps))
 
 
 def layer_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
@@ -48,9 +46,7 @@ def native_layer_norm(x: torch.Tensor, normalized_shape: int | Sequence[int],
     if out is not None:
         return out
     shape = _norm_args(x, normalized_shape, weight, bias, "cuda.layer_norm")
-    if compiling():
-        return tuple(operator("layer_norm")(x, shape, weight, bias, float(eps)))
-    return extension().op_layer_norm(x, shape, weight, bias, float(eps))
+    return checked_call("layer_norm", x, shape, weight, bias, float(eps))
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, normalized_shape: int | Sequence[int],
@@ -62,10 +58,7 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, normalized_shape: int 
         return out[0], out[1]
     check_like(residual, check_input(x, "cuda.add_rms_norm"), "residual", "cuda.add_rms_norm")
     shape = _norm_args(x, normalized_shape, weight, None, "cuda.add_rms_norm")
-    if compiling():
-        y, h, _ = operator("add_rms_norm")(x, residual, shape, weight, _eps(x, eps))
-    else:
-        y, h, _ = extension().op_add_rms_norm(x, residual, shape, weight, _eps(x, eps))
+    y, h, _ = checked_call("add_rms_norm", x, residual, shape, weight, _eps(x, eps))
     return y, h
 
 
@@ -78,15 +71,11 @@ def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, normalized_shape: in
         return out[0], out[1]
     check_like(residual, check_input(x, "cuda.add_layer_norm"), "residual", "cuda.add_layer_norm")
     shape = _norm_args(x, normalized_shape, weight, bias, "cuda.add_layer_norm")
-    if compiling():
-        y, h, _, _ = operator("add_layer_norm")(x, residual, shape, weight, bias, float(eps))
-    else:
-        y, h, _, _ = extension().op_add_layer_norm(x, residual, shape, weight, bias, float(eps))
+    y, h, _, _ = checked_call("add_layer_norm", x, residual, shape, weight, bias, float(eps))
     return y, h
 
 
-_EPS = {dtype: torch.finfo(dtype).eps for dtype in
-        (torch.float32, torch.float16, torch.bfloat16, torch.float64)}
+_EPS = {dtype: torch.finfo(dtype).eps for dtype in SUPPORTED_DTYPES}
 
 
 def _eps(x: torch.Tensor, eps: float | None) -> float:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from reference_kernels.cuda._checks import check_input, check_like, check_on_cuda
-from reference_kernels.cuda._dispatch import compiling, extension, fast_call, operator
+from reference_kernels.cuda._dispatch import checked_call, fast_call
 from reference_kernels.errors import KernelInputError
 
 # The int flag the kernels take (ka::Activation in launchers.h; bias_act.py uses the same).
@@ -41,14 +41,10 @@ def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     check_input(a, "cuda.swiglu")
     check_like(b, a, "b", "cuda.swiglu")
     check_on_cuda(a, "cuda.swiglu")
-    if compiling():
-        return operator("swiglu")(a, b)
-    return extension().op_swiglu(a, b)
+    return checked_call("swiglu", a, b)
 
 
 def _act(x: torch.Tensor, act: int, name: str) -> torch.Tensor:
     check_input(x, name)
     check_on_cuda(x, name)
-    if compiling():
-        return operator("act")(x, act)
-    return extension().op_act(x, act)
+    return checked_call("act", x, act)

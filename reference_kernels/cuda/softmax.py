@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from reference_kernels.cuda._checks import check_input, check_last_dim, check_on_cuda
-from reference_kernels.cuda._dispatch import compiling, extension, fast_call, operator
+from reference_kernels.cuda._dispatch import checked_call, fast_call
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -28,6 +28,4 @@ def _softmax(x: torch.Tensor, dim: int, log: bool, name: str) -> torch.Tensor:
     check_input(x, name)
     check_last_dim(x, dim, name)
     check_on_cuda(x, name)
-    if compiling():
-        return operator("softmax")(x, log)
-    return extension().op_softmax(x, log)
+    return checked_call("softmax", x, log)
