@@ -330,17 +330,18 @@ TORCH_NVCC_DEFINES = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSI
 # dtypes other than fp64 (softmax and log_softmax; rms_norm and layer_norm);
 # bias_act 2 widths x 4 activations; backward: softmax/log_softmax and the norms' dx 2 widths x
 # (warp, block), the parameter partials 2 widths, their sum 1; pointwise 2 widths x (4
-# activation backwards + swiglu forward and backward + add); cross_entropy one row op, the
+# activation forwards and 4 backwards + swiglu forward and backward + add); cross_entropy one row op, the
 # loss reduction 1, the backward 2 widths.
 ROW_ENTRIES = 4 * (2 * (2 + 3) + 1) + 3 * 2
 EXPECTED_ENTRIES = {"softmax.cu": 2 * ROW_ENTRIES, "norms.cu": 2 * ROW_ENTRIES,
                     "bias_act.cu": 4 * 2 * 4,
                     "backward.cu": 4 * (2 * 2 * 2 + 2 * 2 + 2 + 1),
-                    "pointwise.cu": 4 * 2 * (4 + 2 + 1),
+                    "pointwise.cu": 4 * 2 * (4 + 4 + 2 + 1),
                     "cross_entropy.cu": ROW_ENTRIES + 4 * (1 + 2)}
 # What each file's PTX must show beyond the entries (16-byte accesses are asked of all).
 ROW_FILES = ("softmax.cu", "norms.cu", "backward.cu", "cross_entropy.cu")  # shuffles, barriers
 PIPELINED_FILES = ("softmax.cu", "norms.cu", "cross_entropy.cu")  # cp.async row pipeline
+ACT_FORWARD_FILES = ("bias_act.cu", "pointwise.cu")  # the activations' 16-bit fast forward
 
 
 @pytest.fixture(scope="module")
@@ -371,17 +372,17 @@ def test_cuda_source_compiles_for_sm90(source, nvcc_builds):
     assert ("shfl.sync.bfly.b32" in ptx) == (source in ROW_FILES)
     assert re.search(r"ld\.global(\.nc)?\.v4\.", ptx), "no 16-byte global loads"
     assert re.search(r"st\.global\.v4\.", ptx), "no 16-byte global stores"
-    if source == "bias_act.cu":
+    if source in ACT_FORWARD_FILES:
         # fp32 silu divides with IEEE rounding (fast math would make it div.approx/div.full);
-        # only the 16-bit variants call __fdividef, by design.
+        # only the 16-bit forward variants call __fdividef, by design.
         assert "div.rn.f32" in ptx
     else:
         # Without --use_fast_math, 1/x is rcp.rn and no division or root is approximate.
         assert not re.search(r"(div|rcp|sqrt)\.approx\.f32", ptx)
         assert "rcp.rn.f32" in ptx or "div.rn.f32" in ptx
-        assert ("bar.sync" in ptx) == (source in ROW_FILES)
-        pipelined = "cp.async.cg.shared.global" in ptx and "cp.async.wait_group" in ptx
-        assert pipelined == (source in PIPELINED_FILES)
+    assert ("bar.sync" in ptx) == (source in ROW_FILES)
+    pipelined = "cp.async.cg.shared.global" in ptx and "cp.async.wait_group" in ptx
+    assert pipelined == (source in PIPELINED_FILES)
     _check_sass(obj, source)
 
 

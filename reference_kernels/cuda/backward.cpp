@@ -20,22 +20,28 @@ at::Tensor param_like(const at::Tensor& x, at::IntArrayRef normalized_shape) {
   return at::empty(normalized_shape, x.options());
 }
 
-// The parameter gradients of a norm: float partials per row chunk, summed into dweight (and
-// dbias when asked).
+// The parameter gradients of a norm: float partials per row chunk (dweight's, then dbias's,
+// in one workspace; none with a single chunk), summed into dweight (and dbias when asked).
 template <typename scalar_t>
 void norm_param_grads(const at::Tensor& x, const at::Tensor& dy, const at::Tensor& mean,
                       const at::Tensor& rstd, at::Tensor& dweight, at::Tensor* dbias,
                       int64_t rows, int64_t cols) {
+  using acc = ka::acc_t<typename DeviceElem<scalar_t>::type>;
   const int64_t chunks = ka::norm_param_chunks(rows, cols);
-  const auto acc = rstd.options();
-  at::Tensor dw_partial = at::empty({chunks, cols}, acc);
-  at::Tensor db_partial = dbias != nullptr ? at::empty({chunks, cols}, acc) : at::Tensor();
+  at::Tensor partials;
+  acc* dw_partial = nullptr;
+  acc* db_partial = nullptr;
+  if (chunks > 1) {
+    partials = at::empty({dbias != nullptr ? 2 : 1, chunks, cols}, rstd.options());
+    dw_partial = stat_ptr<scalar_t>(partials);
+    if (dbias != nullptr) db_partial = dw_partial + chunks * cols;
+  }
   ka::launch_norm_backward_params(
       device_ptr<scalar_t>(x), device_ptr<scalar_t>(dy),
-      mean.defined() ? stat_ptr<scalar_t>(mean) : nullptr, stat_ptr<scalar_t>(rstd),
-      stat_ptr<scalar_t>(dw_partial), dbias != nullptr ? stat_ptr<scalar_t>(db_partial) : nullptr,
-      device_ptr<scalar_t>(dweight), dbias != nullptr ? device_ptr<scalar_t>(*dbias) : nullptr,
-      rows, cols, at::cuda::getCurrentCUDAStream());
+      mean.defined() ? stat_ptr<scalar_t>(mean) : nullptr, stat_ptr<scalar_t>(rstd), dw_partial,
+      db_partial, device_ptr<scalar_t>(dweight),
+      dbias != nullptr ? device_ptr<scalar_t>(*dbias) : nullptr, rows, cols,
+      at::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

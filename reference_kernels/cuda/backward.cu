@@ -174,13 +174,14 @@ void launch_backward_rows(const Op& op, int64_t rows, int64_t cols, cudaStream_t
 
 // Block (bx, by) of (tx, ty) threads: thread tx owns column vector bx * tx_n + tx and sums
 // the rows r0 + ty, r0 + ty + ty_n, ... of row chunk by; the ty lanes then add up in shared
-// memory and lane 0 writes the chunk's partial.
+// memory and lane 0 writes the chunk's partial, or with a single chunk the T sums themselves
+// (no partials, no second launch: a few rows cost what eager's two launches do).
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kParamThreads)
     norm_param_partial_kernel(const T* __restrict__ x, const T* __restrict__ dy,
                               const acc_t<T>* mean, const acc_t<T>* rstd,
-                              acc_t<T>* dweight_partial, acc_t<T>* dbias_partial, int64_t rows,
-                              int n_vec, int64_t rows_per_chunk) {
+                              acc_t<T>* dweight_partial, acc_t<T>* dbias_partial, T* dweight,
+                              T* dbias, int64_t rows, int n_vec, int64_t rows_per_chunk) {
   using A = acc_t<T>;
   using V = Vec<T, VEC>;
   __shared__ A lanes[2][kParamThreads * VEC];
@@ -221,10 +222,18 @@ __global__ void __launch_bounds__(kParamThreads)
     }
   }
   const int64_t out = static_cast<int64_t>(blockIdx.y) * n_vec * VEC + static_cast<int64_t>(col) * VEC;
+  if (gridDim.y == 1) {  // one chunk: these are the sums
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      dweight[out + j] = from_acc<T>(dw[j]);
+      if (dbias != nullptr) dbias[out + j] = from_acc<T>(db[j]);
+    }
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < VEC; ++j) {
     dweight_partial[out + j] = dw[j];
-    if (dbias_partial != nullptr) dbias_partial[out + j] = db[j];
+    if (dbias != nullptr) dbias_partial[out + j] = db[j];
   }
 }
 
@@ -277,7 +286,8 @@ void launch_norm_params_vec(const T* x, const T* dy, const acc_t<T>* mean, const
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   norm_param_partial_kernel<T, VEC><<<dim3(p.grid_x, static_cast<unsigned>(chunks)),
                                       dim3(p.tx, p.ty), 0, stream>>>(
-      x, dy, mean, rstd, dw_part, db_part, rows, static_cast<int>(n_vec), rows_per_chunk);
+      x, dy, mean, rstd, dw_part, db_part, dw, db, rows, static_cast<int>(n_vec), rows_per_chunk);
+  if (chunks == 1) return;  // the partial kernel wrote dweight (and dbias) itself
   // dweight is always asked for here (a bias gradient alone takes the eager sum).
   const dim3 sum_grid(static_cast<unsigned>((cols + kSumCols - 1) / kSumCols),
                       db != nullptr ? 2 : 1);
@@ -290,11 +300,14 @@ void launch_norm_params_vec(const T* x, const T* dy, const acc_t<T>* mean, const
 
 int64_t norm_param_chunks(int64_t rows, int64_t cols) {
   // About eight 256-thread blocks per SM in all (a full SM: the partial kernel is a stream of
-  // loads, and fewer blocks left DRAM waiting on latency), each chunk at least 8 rows; at most
-  // 65535 (gridDim.y).
+  // loads, and fewer blocks left DRAM waiting on latency), each chunk at least kMinChunkRows
+  // rows; at most 65535 (gridDim.y). Up to kMinChunkRows rows take one chunk: one launch, no
+  // partials (a second launch costs more host time than the split saves).
+  constexpr int64_t kMinChunkRows = 16;
   const int64_t grid_x = param_plan(cols).grid_x;  // the scalar path's; the vector path has fewer
   const int64_t want = std::max<int64_t>(1, 8 * device_sm_count() / grid_x);
-  return std::max<int64_t>(1, std::min<int64_t>({want, (rows + 7) / 8, 65535}));
+  return std::max<int64_t>(
+      1, std::min<int64_t>({want, (rows + kMinChunkRows - 1) / kMinChunkRows, 65535}));
 }
 
 template <typename T>

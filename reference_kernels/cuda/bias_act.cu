@@ -1,5 +1,6 @@
 // Fused bias + activation: y[r, c] = act(x[r, c] + bias[c]), computed in float (double for
-// fp64) and rounded once, where eager PyTorch rounds x + bias to T first.
+// fp64) and rounded once, where eager PyTorch rounds x + bias to T first. (Without a bias the
+// activation is pointwise.cu's launch_act.)
 //
 // Bytes per call: rows * cols * sizeof(T) read + the same written + cols * sizeof(T) of bias,
 // which each thread loads once into registers for its column vector and reuses down the rows.
@@ -45,13 +46,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= n_vec_cols) return;  // no barriers in this kernel
   A bias_acc[VEC];
+  const V b = reinterpret_cast<const V*>(bias)[col];
 #pragma unroll
-  for (int j = 0; j < VEC; ++j) bias_acc[j] = static_cast<A>(0);
-  if (bias != nullptr) {  // null: the plain activation (launch_act)
-    const V b = reinterpret_cast<const V*>(bias)[col];
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) bias_acc[j] = to_acc(b.v[j]);
-  }
+  for (int j = 0; j < VEC; ++j) bias_acc[j] = to_acc(b.v[j]);
 
   const V* xv = reinterpret_cast<const V*>(x) + col;
   V* yv = reinterpret_cast<V*>(y) + col;

@@ -4,7 +4,6 @@
 //
 // Every op takes an optional preallocated `out` so that tests can poison it; out must have x's
 // shape, dtype and device, be contiguous and not be x.
-#include <limits>
 #include <optional>
 #include <tuple>
 
@@ -120,15 +119,17 @@ at::Tensor bias_act(const at::Tensor& x, const std::optional<at::Tensor>& bias, 
   at::Tensor y = output_like(x, out);
   if (x.numel() == 0) return y;
   const bool has_bias = bias.has_value() && bias->defined();
-  // Without a bias every element is alike: one long row vectorises whatever the last dim.
-  const bool flat = !has_bias && x.numel() <= std::numeric_limits<int32_t>::max();
-  const int64_t cols = flat ? x.numel() : x.size(-1);
-  const int64_t rows = x.numel() / cols;  // bias_act's grid loops over rows: no row limit
-  const at::Tensor b = has_bias ? *bias : at::Tensor();
+  const auto activation = static_cast<ka::Activation>(act);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "ka_bias_act", [&] {
-    ka::launch_bias_act(device_ptr<scalar_t>(x), device_ptr<scalar_t>(b),
-                        device_ptr<scalar_t>(y), rows, cols, static_cast<ka::Activation>(act),
-                        at::cuda::getCurrentCUDAStream());
+    if (has_bias) {  // the grid loops over rows: no row limit
+      const int64_t cols = x.size(-1);
+      ka::launch_bias_act(device_ptr<scalar_t>(x), device_ptr<scalar_t>(*bias),
+                          device_ptr<scalar_t>(y), x.numel() / cols, cols, activation,
+                          at::cuda::getCurrentCUDAStream());
+    } else {  // every element alike: one flat stream, vectorised whatever the last dim
+      ka::launch_act(device_ptr<scalar_t>(x), device_ptr<scalar_t>(y), x.numel(), activation,
+                     at::cuda::getCurrentCUDAStream());
+    }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return y;

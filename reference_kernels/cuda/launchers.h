@@ -3,7 +3,7 @@
 // Included by the .cu files (which define them) and by binding.cpp (which calls them), so it
 // needs nothing beyond the CUDA runtime and the fp16/bf16 headers. Every launcher issues
 // one kernel launch on `stream` (launch_norm_backward_params and a reducing
-// launch_cross_entropy: a few) and does not check errors itself: the caller's
+// launch_cross_entropy: two) and does not check errors itself: the caller's
 // C10_CUDA_KERNEL_LAUNCH_CHECK() right after the call sees the status (a failed launch's error
 // stays pending until read).
 // Tensors are dense row-major [rows, cols]; rows >= 1, 1 <= cols <= INT32_MAX (callers check).
@@ -45,10 +45,14 @@ void launch_layer_norm(const T* x, const T* weight, const T* bias, T* y, acc_t<T
                        acc_t<T>* rstd_out, int64_t rows, int64_t cols, double eps,
                        cudaStream_t stream);
 
-// y[r, c] = act(x[r, c] + bias[c]); bias may be null (y = act(x)).
+// y[r, c] = act(x[r, c] + bias[c]).
 template <typename T>
 void launch_bias_act(const T* x, const T* bias, T* y, int64_t rows, int64_t cols,
                      Activation act, cudaStream_t stream);
+
+// y = act(x) over n elements (pointwise.cu: the activations' forward without a bias).
+template <typename T>
+void launch_act(const T* x, T* y, int64_t n, Activation act, cudaStream_t stream);
 
 // y = a + b over n elements (the residual add of add_rms_norm / add_layer_norm).
 template <typename T>
@@ -87,9 +91,10 @@ void launch_norm_backward_dx(const T* x, const T* dy, const T* weight, const acc
 // Row chunks the parameter gradients are summed over first (the size of their partials).
 int64_t norm_param_chunks(int64_t rows, int64_t cols);
 
-// dweight = sum over rows of dy * xhat and, when dbias_partial is not null, dbias = sum of
-// dy, as per-chunk float partials [chunks, cols] (norm_param_chunks), then summed into the
-// T outputs dweight / dbias (dbias may be null).
+// dweight = sum over rows of dy * xhat and, when dbias is not null, dbias = sum of dy, as
+// per-chunk float partials [chunks, cols] (norm_param_chunks), then summed into the T outputs
+// dweight / dbias: two launches. With one chunk, one launch writes the outputs and the
+// partials may be null.
 template <typename T>
 void launch_norm_backward_params(const T* x, const T* dy, const acc_t<T>* mean,
                                  const acc_t<T>* rstd, acc_t<T>* dweight_partial,
