@@ -10,10 +10,14 @@ the cells around them; calls far larger than any measured shape keep the kernel 
 Which time decides depends on the model. In a host-bound step (the device busy less than
 HOST_BOUND_BELOW_BUSY_FRAC of it) nothing hides a call's host time, so a call costs the longer
 of its GPU and host time: a Python launcher loses mid sizes there (H200: the bundled gelu made
-a ViT 0.68x as fast while winning the sweep's GPU time). There the point's GPU times are first
-scaled to the call's size (elements of the call / elements of the point: these ops move bytes
-in proportion to their elements), since the host time of a call does not grow with it: a call
-smaller than its nearest point is more host-bound than the point was. In a device-bound step
+a ViT 0.68x as fast while winning the sweep's GPU time). There a call smaller than its nearest
+point has the point's GPU times scaled down to its size (elements of the call / elements of the
+point: these ops move bytes in proportion to their elements), since the host time of a call
+does not shrink with it: it is more host-bound than the point was. A larger call keeps the
+point's GPU times: near a host-bound size a GPU time is mostly launch latency, which does not
+grow with the call (scaled up, eager's 20 us at 2048x127 bf16 layer_norm, an odd-width path,
+counted 93 us for a ViT's 6304x192 call and kept a kernel that made the ViT 0.56x as fast).
+In a device-bound step
 the GPU queue hides the launch and GPU time decides, unscaled (the ratio is what counts). Without a measured step the host-bound rule holds: it
 never makes a model slower where the other might.
 
@@ -82,8 +86,8 @@ class Point:
         return math.isnan(kernel) or kernel >= eager
 
     def scale_to(self, rows: int, cols: int) -> float:
-        """A (rows, cols) call's elements over this point's."""
-        return rows * cols / (self.rows * self.cols)
+        """A (rows, cols) call's elements over this point's, at most 1 (module docstring)."""
+        return min(1.0, rows * cols / (self.rows * self.cols))
 
     def reason(self, kernel_id: str, dtype: str, pass_: str, host_bound_step: bool,
                scale: float = 1.0) -> str:

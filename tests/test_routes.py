@@ -51,9 +51,8 @@ def _table():
 def test_route_table_decides_by_pass_dtype_and_regime():
     t = _table()
     assert t.eager_reason(2, 100, "bfloat16", False).startswith("triton.op loses at 1x127 bfloat16 fwd")
-    # 2x100 is 200/127 = 1.57x the point's elements: GPU 20 and 10 us scale to 31.5 and 15.7
-    assert "31.5 us against eager's 15.7 us a call" in t.eager_reason(2, 100, "bfloat16", False)
-    assert "scaled 1.57x to this call's size" in t.eager_reason(2, 100, "bfloat16", False)
+    # 2x100 is 200/127 = 1.57x the point's elements: a larger call keeps the point's GPU times
+    assert "20.0 us against eager's 10.0 us a call (GPU or host time" in t.eager_reason(2, 100, "bfloat16", False)
     assert "of GPU time" in t.eager_reason(2, 100, "bfloat16", False, False)
     # 4096x4096: 10 us of GPU time against 20 wins a device-bound step; 50 us of host time loses
     # (4000x4000 is 0.954x the point: eager's 20 us of GPU time scales to 19.1)
@@ -79,6 +78,20 @@ def test_a_smaller_call_of_a_host_bound_step_scales_the_gpu_time_not_the_host_ti
     reason = t.eager_reason(6304, 768, "bfloat16", False, True)
     assert "17.3 us against eager's 7.9 us" in reason and "scaled 0.289x" in reason
     assert t.eager_reason(6304, 768, "bfloat16", False, False) == ""  # device-bound: GPU ratio
+
+
+def test_a_larger_call_keeps_the_points_gpu_times():
+    # H200 sweep, triton.layer_norm bf16 fwd at 2048x127: GPU 8.0 us against eager's 19.9
+    # (eager's odd-width path), host 41.1 us against 15.5. A ViT's 6304x192 call has 4.65x its
+    # elements; scaled up, eager's latency would count 92.6 us and keep the kernel, which made
+    # that ViT 0.56x as fast. Unscaled: 41.1 us against 19.9, eager.
+    p = _p(2048, 127, 0.0080, 0.0199, kernel_host_ms=0.0411, eager_host_ms=0.0155)
+    big = _p(16384, 8192, 0.10, 0.20)  # the sweep's far end: 6304x192 is inside it
+    t = RouteTable("triton.layer_norm", {("bfloat16", "fwd"): (p, big)})
+    assert p.scale_to(6304, 192) == 1.0 and p.scale_to(1024, 127) == 0.5
+    reason = t.eager_reason(6304, 192, "bfloat16", False, True)
+    assert "41.1 us against eager's 19.9 us a call (GPU or host time" in reason
+    assert t.eager_reason(6304, 192, "bfloat16", False, False) == ""  # device-bound: GPU ratio
 
 
 def test_host_bound_is_below_the_busy_threshold():
