@@ -137,14 +137,16 @@ class KernelSpec:
         return self.capability.reason_if_unsatisfied(device)
 
     def eager_route(self, rows: int, cols: int, dtype: torch.dtype | str, grad: bool = False,
-                    device: str = "cuda", host_bound: bool = True) -> str:
+                    device: str = "cuda", host_bound: bool = True,
+                    dispatch_host_s: float = 0.0) -> str:
         """Why a (rows, cols) call of `dtype` goes to eager instead ("" when it stays here).
 
         `grad`: the call needs a gradient (its measured pass is then fwd+bwd). Beyond the
         spec's own `refuses` and `loses`, CUDA calls follow the routes measured on a GPU
-        (reference_kernels/routes.py), for a host-bound step unless `host_bound` is False; the
-        CPU interpreter runs kernels to check them, not for speed, so no measured route applies
-        there."""
+        (reference_kernels/routes.py), for a host-bound step unless `host_bound` is False, with
+        `dispatch_host_s` added to the kernel's host time per call there (what the caller's
+        substitution costs); the CPU interpreter runs kernels to check them, not for speed, so
+        no measured route applies there."""
         for c in self.refuses:
             if c.matches(rows, cols, dtype):
                 return f"{EAGER_ROUTE}{self.id} cannot take {c.name}"
@@ -152,7 +154,8 @@ class KernelSpec:
             if loss.shape_class.matches(rows, cols, dtype):
                 return EAGER_ROUTE + loss.reason(self.id)
         table = routes().get(self.id) if device == "cuda" else None
-        reason = table.eager_reason(rows, cols, _dtype_name(dtype), grad, host_bound) if table else ""
+        reason = table.eager_reason(rows, cols, _dtype_name(dtype), grad, host_bound,
+                                    dispatch_host_s * 1e3) if table else ""
         return EAGER_ROUTE + reason if reason else ""
 
     def load(self) -> Callable:

@@ -17,7 +17,8 @@ does not shrink with it: it is more host-bound than the point was. A larger call
 point's GPU times: near a host-bound size a GPU time is mostly launch latency, which does not
 grow with the call (scaled up, eager's 20 us at 2048x127 bf16 layer_norm, an odd-width path,
 counted 93 us for a ViT's 6304x192 call and kept a kernel that made the ViT 0.56x as fast).
-In a device-bound step
+A caller that substitutes the kernel into a model (try-kernel's dispatcher overrides) adds its
+own host time per call to the kernel's side there. In a device-bound step
 the GPU queue hides the launch and GPU time decides, unscaled (the ratio is what counts). Without a measured step the host-bound rule holds: it
 never makes a model slower where the other might.
 
@@ -68,21 +69,25 @@ class Point:
     gpu: str
     commit: str
 
-    def times_ms(self, host_bound_step: bool, scale: float = 1.0) -> tuple[float, float]:
+    def times_ms(self, host_bound_step: bool, scale: float = 1.0,
+                 extra_host_ms: float = 0.0) -> tuple[float, float]:
         """(kernel, eager) time per call in this regime (module docstring); `scale`: the
-        call's elements over the point's, applied to the GPU times of a host-bound step.
+        call's elements over the point's, applied to the GPU times of a host-bound step;
+        `extra_host_ms`: host time the kernel's call pays on top of the point's there (the
+        dispatch that substitutes it into a model).
 
         NB: a GPU time scaled far down ignores the launch's floor of a few us; host time, the
         larger there, decides such calls anyway."""
         if not host_bound_step:
             return self.kernel_ms, self.eager_ms
         kernel_gpu, eager_gpu = self.kernel_ms * scale, self.eager_ms * scale
-        kernel = kernel_gpu if math.isnan(kernel_gpu) else max(kernel_gpu, self.kernel_host_ms)
+        kernel_host = self.kernel_host_ms + extra_host_ms
+        kernel = kernel_gpu if math.isnan(kernel_gpu) else max(kernel_gpu, kernel_host)
         return kernel, max(eager_gpu, self.eager_host_ms)
 
-    def loses(self, host_bound_step: bool, scale: float = 1.0) -> bool:
+    def loses(self, host_bound_step: bool, scale: float = 1.0, extra_host_ms: float = 0.0) -> bool:
         """Eager is as fast or faster (a tie goes to eager: nothing to gain, a launch to pay)."""
-        kernel, eager = self.times_ms(host_bound_step, scale)
+        kernel, eager = self.times_ms(host_bound_step, scale, extra_host_ms)
         return math.isnan(kernel) or kernel >= eager
 
     def scale_to(self, rows: int, cols: int) -> float:
@@ -90,11 +95,13 @@ class Point:
         return min(1.0, rows * cols / (self.rows * self.cols))
 
     def reason(self, kernel_id: str, dtype: str, pass_: str, host_bound_step: bool,
-               scale: float = 1.0) -> str:
-        kernel_ms, eager_ms = self.times_ms(host_bound_step, scale)
+               scale: float = 1.0, extra_host_ms: float = 0.0) -> str:
+        kernel_ms, eager_ms = self.times_ms(host_bound_step, scale, extra_host_ms)
         what = "a call (GPU or host time, the longer)" if host_bound_step else "of GPU time"
         if host_bound_step and scale != 1.0:
             what = f"a call (host time, or GPU time scaled {scale:.3g}x to this call's size: the longer)"
+        if host_bound_step and extra_host_ms > 0:
+            what += f", the kernel's host time with {extra_host_ms * 1e3:.1f} us of dispatch added"
         eager = f"{eager_ms * 1e3:.1f} us"
         times = (f"the kernel was wrong or refused there, eager {eager} {what}"
                  if math.isnan(kernel_ms) else f"{kernel_ms * 1e3:.1f} us against eager's {eager} {what}")
@@ -114,12 +121,13 @@ class RouteTable:
 
     def __init__(self, kernel_id: str, points: dict[tuple[str, str], tuple[Point, ...]]):
         self.kernel_id, self.points = kernel_id, points
-        self._answers: dict[tuple[int, int, str, bool, bool], str] = {}
+        self._answers: dict[tuple[int, int, str, bool, bool, float], str] = {}
 
     def eager_reason(self, rows: int, cols: int, dtype: str, grad: bool,
-                     host_bound_step: bool = True) -> str:
-        """Why a call goes to eager ("" when the kernel keeps it)."""
-        key = (rows, cols, dtype, grad, host_bound_step)
+                     host_bound_step: bool = True, extra_host_ms: float = 0.0) -> str:
+        """Why a call goes to eager ("" when the kernel keeps it); `extra_host_ms`: host time a
+        call of the kernel pays beyond the measured point's in a host-bound step."""
+        key = (rows, cols, dtype, grad, host_bound_step, extra_host_ms)
         answer = self._answers.get(key)
         if answer is None:
             answer = self._answers[key] = self._decide(*key)
@@ -143,15 +151,16 @@ class RouteTable:
             out[pass_] = (eager + sum(p.loses(host_bound_step) for p in points), n + len(points))
         return out
 
-    def _decide(self, rows: int, cols: int, dtype: str, grad: bool, host_bound_step: bool) -> str:
+    def _decide(self, rows: int, cols: int, dtype: str, grad: bool, host_bound_step: bool,
+                extra_host_ms: float) -> str:
         point = self.point(rows, cols, dtype, grad)
         if point is None:
             return ""
         scale = point.scale_to(rows, cols)
-        if not point.loses(host_bound_step, scale):
+        if not point.loses(host_bound_step, scale, extra_host_ms):
             return ""
         return point.reason(self.kernel_id, _DTYPE_POINTS.get(dtype, dtype),
-                            "fwd+bwd" if grad else "fwd", host_bound_step, scale)
+                            "fwd+bwd" if grad else "fwd", host_bound_step, scale, extra_host_ms)
 
 
 class RoutesFileError(ValueError):

@@ -94,6 +94,19 @@ def test_a_larger_call_keeps_the_points_gpu_times():
     assert t.eager_reason(6304, 192, "bfloat16", False, False) == ""  # device-bound: GPU ratio
 
 
+def test_a_substituted_call_pays_its_dispatch_in_a_host_bound_step():
+    # H200 sweep, cuda.layer_norm bf16 fwd at 2048x127: host 15.5 us against eager's 17.2, GPU
+    # 6 against 20. Bare, the kernel keeps the call (max(6, 15.5) = 15.5 < 20); through
+    # try-kernel's override, 12 us more a call: 27.5 us against eager's 20.0, eager. A
+    # device-bound step hides host time: the kernel keeps it either way.
+    p = _p(2048, 127, 0.006, 0.020, kernel_host_ms=0.0155, eager_host_ms=0.0172)
+    t = RouteTable("cuda.layer_norm", {("bfloat16", "fwd"): (p, _p(16384, 8192, 0.1, 0.2))})
+    assert t.eager_reason(2048, 127, "bfloat16", False, True) == ""
+    reason = t.eager_reason(2048, 127, "bfloat16", False, True, 0.012)
+    assert "27.5 us against eager's 20.0 us" in reason and "12.0 us of dispatch added" in reason
+    assert t.eager_reason(2048, 127, "bfloat16", False, False, 0.012) == ""
+
+
 def test_host_bound_is_below_the_busy_threshold():
     assert routes.host_bound(None) and routes.host_bound(0.79) and not routes.host_bound(0.8)
 

@@ -7,8 +7,8 @@ import torch.nn.functional as F
 from kernel_advisor.errors import UserInputError
 from kernel_advisor.trykernel.calls import CallLog
 from kernel_advisor.trykernel.candidates import default_tolerance, signature_problem
-from kernel_advisor.trykernel.substitute_aten import (bind_schema, override_aten, reference_adapter, resolve_op,
-                                                      user_adapter)
+from kernel_advisor.trykernel.substitute_aten import (bind_schema, dispatch_cost_s, override_aten,
+                                                      reference_adapter, resolve_op, user_adapter)
 
 ALL = ("float32", "float16", "bfloat16")
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
@@ -220,3 +220,11 @@ def test_user_adapter_passes_aten_arguments_as_they_are():
     with override_aten(user_adapter(resolve_op("aten::_softmax")), impl, "cpu", log, False, default_tolerance):
         torch.softmax(torch.randn(2, 3), 0)
     assert got == [(0, False)] and log.candidate_calls == 1  # dim 0 too: a user kernel gets every call
+
+
+def test_dispatch_cost_is_measured_and_leaves_no_override_behind():
+    cost = dispatch_cost_s("cpu", calls=50, repeats=2)
+    # A Python kernel in the dispatcher costs microseconds a call, never seconds or nothing.
+    assert 1e-7 < cost < 1e-2
+    x = torch.tensor([2.0])
+    assert torch.equal(torch.neg(x), torch.tensor([-2.0]))  # the override is gone: neg negates

@@ -87,10 +87,12 @@ def applies(spec: KernelSpec, op_names: set[str], patterns: set[str]) -> bool:
     return bool(set(aten_families(spec)) & op_names or set(spec.replaces_patterns) & patterns)
 
 
-def from_spec(spec: KernelSpec, matches: Sequence[PatternMatch], host_bound: bool = True) -> Candidate:
+def from_spec(spec: KernelSpec, matches: Sequence[PatternMatch], host_bound: bool = True,
+              dispatch_host_s: float = 0.0) -> Candidate:
     """A registry kernel with its adapters and this model's matches of its patterns; its measured
-    routes are those of a host-bound step unless `host_bound` is False (reference_kernels/routes.py)."""
-    route = functools.partial(spec.eager_route, host_bound=host_bound)
+    routes are those of a host-bound step unless `host_bound` is False (reference_kernels/routes.py),
+    each call of the kernel paying `dispatch_host_s` of substitution there."""
+    route = functools.partial(spec.eager_route, host_bound=host_bound, dispatch_host_s=dispatch_host_s)
     adapters = []
     for name in aten_names(spec):
         adapter = reference_adapter(name, spec.dtypes, spec.has_backward, route)

@@ -16,6 +16,7 @@ from kernel_advisor.trykernel.results import TryReport, report_json
 from kernel_advisor.trykernel.selection import (RunContext, build_sets, census_op_names, find_run,
                                                 load_candidates, model_is_module, select_specs)
 from kernel_advisor.trykernel.sets import TryOptions
+from kernel_advisor.trykernel.substitute_aten import dispatch_cost_s
 from kernel_advisor.trykernel.variants import try_candidates
 from reference_kernels.routes import host_bound
 
@@ -61,9 +62,19 @@ def _candidates(loaded: LoadedModel, kernel_ids: Sequence[str], impl: str | None
     if not specs and not cands:
         notes.append("no reference kernel applies to this model's ops or modules (see `advisor kernels`)")
     bound = host_bound(ctx.device_busy_frac)
+    dispatch_s = 0.0
     if specs and loaded.device.type == "cuda":
         notes.append(route_note(ctx.device_busy_frac, bound))
-    return cands + load_candidates(specs, matches, bound), notes
+        if bound:
+            dispatch_s = dispatch_cost_s(loaded.device)
+            notes.append(dispatch_note(dispatch_s))
+    return cands + load_candidates(specs, matches, bound, dispatch_s), notes
+
+
+def dispatch_note(dispatch_s: float) -> str:
+    return (f"substituting a kernel costs {dispatch_s * 1e6:.1f} us of host time per call here "
+            "(measured); in a host-bound step it counts against the kernel, so a kernel must beat "
+            "eager's host time by that much to keep a call")
 
 
 def route_note(busy: float | None, bound: bool) -> str:

@@ -119,8 +119,8 @@ def build_sets(cands: Sequence[Candidate], together: bool) -> tuple[list[Candida
 
 
 def load_candidates(specs: Sequence, matches: Sequence[PatternMatch],
-                    host_bound: bool = True) -> list[Candidate]:
-    return [from_spec(s, matches, host_bound) for s in specs]
+                    host_bound: bool = True, dispatch_host_s: float = 0.0) -> list[Candidate]:
+    return [from_spec(s, matches, host_bound, dispatch_host_s) for s in specs]
 
 
 def model_is_module(loaded: LoadedModel) -> bool:

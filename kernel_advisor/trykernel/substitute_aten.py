@@ -15,6 +15,7 @@ fallbacks with their reason.
 """
 from __future__ import annotations
 
+import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -199,3 +200,29 @@ def reference_adapter(aten_name: str, dtypes: tuple[str, ...], has_backward: boo
         return None
     prepare = routed(ref.prepare_factory(dtypes, has_backward), ref.row_shape, route)
     return AtenAdapter(op=resolve_op(ref.overload), prepare=prepare, profile_names=ref.profile_names)
+
+
+def dispatch_cost_s(device: torch.device | str, calls: int = 200, repeats: int = 3) -> float:
+    """Host seconds a substituted call pays before the candidate's own work, on this machine:
+    `torch.neg` of one element through the same override every candidate runs in (the aten
+    entry, the Python kernel, binding, planning, counting), with a candidate that does nothing.
+    Best of `repeats` rounds of `calls`.
+
+    NB: a lower bound for a real candidate: its adapter's input checks and routes add a few us."""
+    x = torch.ones(1, device=device)
+    op = torch.ops.aten.neg.default
+    adapter = AtenAdapter(op=op, prepare=aten_convention(op._schema), profile_names=())
+    with override_aten(adapter, lambda t: t, x.device.type, CallLog("dispatch cost"), False,
+                       lambda dtype: (0.0, 0.0)):
+        through = _best_per_call_s(lambda: torch.neg(x), calls, repeats)
+    return max(0.0, through - _best_per_call_s(lambda: None, calls, repeats))
+
+
+def _best_per_call_s(call: Callable[[], Any], calls: int, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            call()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best
