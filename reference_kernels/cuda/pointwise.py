@@ -1,6 +1,5 @@
-"""GELU, SiLU and SwiGLU through the CUDA C++ kernels: the activations' forward is bias_act.cu
-without a bias, their backward and SwiGLU are pointwise.cu; gradients are C++ autograd nodes
-(autograd.cpp)."""
+"""GELU, SiLU and SwiGLU through the CUDA C++ kernels (pointwise.cu: the activations' forward
+and backward, SwiGLU's); gradients are C++ autograd nodes (autograd.cpp)."""
 from __future__ import annotations
 
 import torch
