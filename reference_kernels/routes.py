@@ -18,9 +18,9 @@ point's GPU times: near a host-bound size a GPU time is mostly launch latency, w
 grow with the call (scaled up, eager's 20 us at 2048x127 bf16 layer_norm, an odd-width path,
 counted 93 us for a ViT's 6304x192 call and kept a kernel that made the ViT 0.56x as fast).
 A caller that substitutes the kernel into a model (try-kernel's dispatcher overrides) adds its
-own host time per call to the kernel's side there. In a device-bound step
-the GPU queue hides the launch and GPU time decides, unscaled (the ratio is what counts). Without a measured step the host-bound rule holds: it
-never makes a model slower where the other might.
+own host time per call to the kernel's side there. In a device-bound step the GPU queue hides
+the launch and GPU time decides, unscaled (the ratio is what counts). Without a measured step
+the host-bound rule holds: it never makes a model slower where the other might.
 
 NB: float16 calls follow the bfloat16 points (same element size; the sweep measures bfloat16
 and float32), and a dtype or pass without points keeps the kernel. The points were measured
