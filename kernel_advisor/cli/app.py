@@ -154,8 +154,11 @@ def debug_enabled() -> bool:
 
 
 def fail(message: str, code: int) -> None:
-    # One plain line: rich would wrap it at the terminal width.
-    print(f"advisor: error: {message}", file=sys.stderr, flush=True)
+    # One plain line: rich would wrap it at the terminal width. File names and the model's
+    # exception messages are in it, so control characters are escaped (cli/console.py).
+    from kernel_advisor.cli.console import printable
+
+    print(f"advisor: error: {printable(message)}", file=sys.stderr, flush=True)
     raise typer.Exit(code)
 
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded, new_typer
@@ -104,7 +105,7 @@ def _print_list(device: str, as_json: bool) -> None:
         dtypes = ",".join(_SHORT_DTYPES.get(d, d) for d in spec.dtypes)
         table.add_row(spec.id, _replaces(spec), dtypes,
                       "yes" if spec.has_backward else "no", _eager_text(tables.get(spec.id)),
-                      "ok" if reason is None else f"[yellow]{reason}[/]")
+                      "ok" if reason is None else Text(reason, style="yellow"))
     console.out.print(table)
     console.out.print("to eager at: measured shapes where the kernel lost to eager, counting host "
                       "time (host-bound step) or GPU time alone (device-bound); try-kernel runs "
@@ -210,7 +211,7 @@ def _print_results(results, device: str) -> None:
         table.add_column(header, no_wrap=True)
     for r in results:
         passed = sum(c.passed for c in r.cases)
-        table.add_row(r.kernel_id, "[green]PASS[/]" if r.passed else "[red]FAIL[/]",
+        table.add_row(r.kernel_id, Text("PASS", style="green") if r.passed else Text("FAIL", style="red"),
                       f"{passed}/{len(r.cases)}", _worst(r.cases, "forward"),
                       _worst(r.cases, "backward"))
     console.out.print(table)

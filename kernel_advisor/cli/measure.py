@@ -52,7 +52,7 @@ def measure_and_render(report: Report, doc: dict[str, Any], meta: Mapping[str, A
     if fmt == "json":
         sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     elif fmt == "markdown":
-        sys.stdout.write(render_markdown(report) + "\n" + measured_markdown(report, m))
+        console.write_out(render_markdown(report) + "\n" + measured_markdown(report, m))
     else:
         render_table(report, console.out)
         render_measured(report, m, console.out)

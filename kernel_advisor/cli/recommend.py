@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from kernel_advisor.cli.app import app, guarded
+from kernel_advisor.cli import console
 from kernel_advisor.cli.console import out
 from kernel_advisor.errors import GateExceeded, UserInputError
 
@@ -46,7 +47,7 @@ def _emit(report: Report, doc: dict, fmt: OutputFormat) -> None:
     if fmt is OutputFormat.json:
         sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     elif fmt is OutputFormat.markdown:
-        sys.stdout.write(render_markdown(report))
+        console.write_out(render_markdown(report))
     else:
         render_table(report, out)
 

@@ -32,4 +32,4 @@ def report_cmd(
     result = write_report(load_run(run_dir), out, top)
     if result.chart_problem:
         console.warn(f"the report has no roofline chart: {result.chart_problem}")
-    print(f"wrote {result.path}", flush=True)
+    console.write_out(f"wrote {result.path}\n")

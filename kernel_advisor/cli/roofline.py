@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.errors import UserInputError
 
@@ -28,4 +29,4 @@ def roofline_cmd(
     loaded = load_run(run_dir)
     data = roofline_data(loaded.ops, loaded.meta)
     write_chart(draw_roofline(data, fmt), out)
-    print(f"wrote {out}: {caption(data)}", flush=True)
+    console.write_out(f"wrote {out}: {caption(data)}\n")

@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from kernel_advisor.recommend.engine import Finding, Recommendation
 from kernel_advisor.recommend.hotspots import Hotspot
@@ -169,8 +170,9 @@ def render_table(report: Report, console: Console) -> None:
             if f.tier == "leave-it":
                 continue
             top = f.recommendations[0]
-            console.print(f"[bold]{f.rank}. {f.title}[/bold] [dim]({f.rule_id}, {top.gain_basis})[/dim]",
-                          highlight=False)
+            # Styled as Text, not markup: titles and ids come from rule files.
+            console.print(Text.assemble((f"{f.rank}. {f.title}", "bold"), " ",
+                                        (f"({f.rule_id}, {top.gain_basis})", "dim")), highlight=False)
             console.print(f"   {top.message}", highlight=False, markup=False)
             for caveat in top.caveats:
                 console.print(f"   caveat: {caveat}", highlight=False, markup=False)
