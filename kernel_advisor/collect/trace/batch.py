@@ -17,6 +17,13 @@ _BUILDERS = {"cpu_ops": cpu_columns, "annotations": header_columns, "gpu": gpu_c
 
 def item_batch(item: tuple) -> dict | str:
     """A batch, or what is wrong with a damaged block."""
+    try:
+        return _item_batch(item)
+    except RecursionError:  # args nested `[[[[...]]]]`: json recurses once per level
+        return "nests JSON values too deeply"
+
+
+def _item_batch(item: tuple) -> dict | str:
     kind, _offset, payload = item
     if kind == "events":
         return rows_batch(rows_from_events(payload))

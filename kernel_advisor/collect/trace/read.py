@@ -59,7 +59,34 @@ def _read(path: Path, workers: int) -> TraceData:
         for name, columns in batch.items():
             tables[name].add(columns)
     frames = {name: t.frame() for name, t in tables.items()}
+    for name, frame in frames.items():
+        _check_times(path.name, name, frame)
     return TraceData(meta=splitter.meta, **{**frames, "collectives": by_start(frames["collectives"])})
+
+
+MAX_DUR_US = 1e11  # ~28 hours: no profiled event lasts longer
+MIN_DUR_US = 1e-3  # kineto's resolution (1 ns); a shorter non-zero duration makes FLOP/s absurd
+
+
+def _check_times(file_name: str, table: str, frame) -> None:
+    """Refuse timestamps and durations no profiler writes: every rate and share in the run
+    divides by them, and NaN, inf or a negative value would be printed as a figure."""
+    import numpy as np
+
+    for column in ("ts_us", "dur_us"):
+        if column not in frame:
+            continue
+        values = frame[column].to_numpy()
+        bad = ~np.isfinite(values)
+        if column == "dur_us":
+            bad |= (values < 0) | (values > MAX_DUR_US) | ((values > 0) & (values < MIN_DUR_US))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            what = "duration" if column == "dur_us" else "timestamp"
+            raise UserInputError(
+                f"{file_name} holds an impossible {what} ({float(values[i])!r} µs, event {frame['name'].iloc[i]!r}"
+                f"{f' and {int(bad.sum()) - 1} more' if bad.sum() > 1 else ''})",
+                "re-export the trace; the file is damaged or was edited")
 
 
 @contextlib.contextmanager

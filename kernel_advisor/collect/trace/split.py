@@ -15,6 +15,9 @@ from typing import Iterator
 from kernel_advisor.errors import UserInputError
 
 BLOCK_BYTES = 16 << 20  # decompressed bytes per block (one worker task)
+# What may wait for more bytes after a chunk is drained: whole events go out in blocks of
+# about BLOCK_BYTES, so only one enormous value (a hostile file) keeps more than this.
+MAX_PENDING_BYTES = 64 << 20
 SEP = b"\n  },\n  {\n"  # kineto writes one event per "  {" ... "  }" at indent 2
 _SKIP = re.compile(rb"[\s,]*")
 _WS = re.compile(r"\s*")
@@ -52,6 +55,11 @@ class Splitter:
         for chunk in chunks:
             self.buf += chunk
             yield from self._drain(final=False)
+            if len(self.buf) > MAX_PENDING_BYTES:
+                raise UserInputError(
+                    f"{self.name} holds a single value over {MAX_PENDING_BYTES >> 20} MiB near byte {self.base} "
+                    f"(one event, or the data around traceEvents): no torch.profiler trace does",
+                    "re-export the trace; the file is damaged or not a chrome trace")
         yield from self._drain(final=True)
         if self.state != "done":
             total = self.base + len(self.buf)
@@ -125,6 +133,9 @@ class Splitter:
                     pos = self._scan_member(text, pos, final)
             except _NeedMore:
                 break
+            except RecursionError:  # `[[[[...]]]]`: the stdlib parser recurses per level
+                raise UserInputError(f"{self.name} nests JSON values too deeply near byte {self.base}",
+                                     "re-export the trace; the file is damaged or not a chrome trace") from None
             except json.JSONDecodeError as e:
                 if final or not _cut_short(text, e):
                     raise self._invalid(text, pos, e) from None
