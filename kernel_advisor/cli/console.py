@@ -9,9 +9,11 @@ written), and every control character is written as a `\\uXXXX` escape, which al
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
+from typing import Iterator, TextIO
 
 from rich.console import Console
 from rich.segment import Segment
@@ -67,7 +69,19 @@ def write_out(text: str) -> None:
 
 
 def warn(message: str) -> None:
-    print(f"advisor: warning: {printable(message)}", file=sys.stderr, flush=True)
+    print(f"advisor: warning: {printable(message)}", file=err.file, flush=True)
+
+
+@contextlib.contextmanager
+def diagnostics_to(stream: TextIO) -> Iterator[None]:
+    """Our stderr lines (warnings, progress) to `stream` while fd 2 is diverted elsewhere (the
+    compilers' log during `--measure`)."""
+    saved = err._file  # NB: None means "sys.stderr as it is at each write"; keep that, not today's object
+    err.file = stream
+    try:
+        yield
+    finally:
+        err._file = saved
 
 
 def step_progress(enabled: bool = True, lines_when_piped: bool = False):
@@ -85,7 +99,7 @@ def step_progress(enabled: bool = True, lines_when_piped: bool = False):
     def report(phase: str, done: int, total: int) -> None:
         if lines_when_piped and enabled and not err.is_terminal:
             if done == total and tasks.setdefault(phase, done) == done:
-                print(f"advisor: {phase}: done", file=sys.stderr, flush=True)
+                print(f"advisor: {phase}: done", file=err.file, flush=True)
             return
         if phase not in tasks:
             tasks[phase] = progress.add_task(phase, total=total)
