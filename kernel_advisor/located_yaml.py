@@ -49,7 +49,9 @@ def load_located(text: str) -> Located | None:
     loader = yaml.SafeLoader(text)
     try:
         root = loader.get_single_node()
-        return None if root is None else _convert(root, loader)
+        return None if root is None else _convert(root, loader, [MAX_NODES])
+    except RecursionError:  # the composer and _convert recurse once per level of nesting
+        raise LocatedYamlError(1, "invalid YAML: nested too deeply") from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark is not None else 1
@@ -63,8 +65,17 @@ def load_located(text: str) -> Located | None:
 _PLAIN_TAGS = {yaml.MappingNode: "tag:yaml.org,2002:map", yaml.SequenceNode: "tag:yaml.org,2002:seq"}
 
 
-def _convert(node: yaml.Node, loader: yaml.SafeLoader) -> Located:
+# Nodes a document may expand to, aliases counted at every use: a few anchors that each
+# repeat the one before ("billion laughs") expand to 10^9 nodes from a few hundred bytes.
+MAX_NODES = 100_000
+
+
+def _convert(node: yaml.Node, loader: yaml.SafeLoader, budget: list[int]) -> Located:
     line = node.start_mark.line + 1
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise LocatedYamlError(line, f"the document expands to more than {MAX_NODES} values "
+                                     f"(aliases repeat what they name): a YAML alias bomb?")
     plain = _PLAIN_TAGS.get(type(node))
     if plain is not None and node.tag != plain:
         raise LocatedYamlError(line, f"YAML tag {node.tag} is not allowed (safe_load semantics)")
@@ -78,11 +89,11 @@ def _convert(node: yaml.Node, loader: yaml.SafeLoader) -> Located:
                 raise LocatedYamlError(key_line, f"mapping key {key!r} is not a string")
             if key in out:
                 raise LocatedYamlError(key_line, f"key '{key}' given twice (first on line {out[key].line})")
-            out[key] = _convert(value_node, loader)
+            out[key] = _convert(value_node, loader, budget)
             out[key] = Located(out[key].value, key_line if _is_block(value_node) else out[key].line)
         return Located(out, line)
     if isinstance(node, yaml.SequenceNode):
-        return Located([_convert(n, loader) for n in node.value], line)
+        return Located([_convert(n, loader, budget) for n in node.value], line)
     return Located(loader.construct_object(node, deep=True), line)
 
 

@@ -7,6 +7,7 @@ single place where SI evidence becomes display units (ms, µs, GB/s, TFLOP/s, MB
 from __future__ import annotations
 
 import math
+import re
 import string
 from typing import Any, Mapping
 
@@ -79,8 +80,21 @@ def template_fields(template: str) -> list[tuple[str, str]]:
             raise TemplateError(f"message field '{{{field}!{conversion}}}': conversions are not allowed")
         if "{" in (spec or ""):
             raise TemplateError(f"message field '{{{field}}}': nested fields in a format spec are not allowed")
+        _check_spec_size(field, spec or "")
         out.append((field, spec or ""))
     return out
+
+
+MAX_SPEC_NUMBER = 64  # width and precision: a message is a line, and `{x:>999999999}` a 1 GB string
+MAX_MESSAGE_CHARS = 2000  # a filled message longer than this is cut (evidence text can be long)
+
+
+def _check_spec_size(field: str, spec: str) -> None:
+    numbers = spec[2:] if spec[1:2] in ("<", ">", "=", "^") else spec  # the fill character may be a digit
+    for number in re.findall(r"\d+", numbers):
+        if len(number) > 3 or int(number) > MAX_SPEC_NUMBER:
+            raise TemplateError(f"message field '{{{field}:{spec}}}': width and precision are at most "
+                                f"{MAX_SPEC_NUMBER}")
 
 
 # Display fields named after a column whose name now carries its scope (records/columns.py).
@@ -117,4 +131,6 @@ def display_values(evidence: Mapping[str, Any], scope: str) -> dict[str, Any]:
 
 
 def fill_message(template: str, evidence: Mapping[str, Any], scope: str) -> str:
-    return template.format_map(display_values(evidence, scope))
+    template_fields(template)  # the size bound again: a template may not have come through a rules file
+    message = template.format_map(display_values(evidence, scope))
+    return message if len(message) <= MAX_MESSAGE_CHARS else message[:MAX_MESSAGE_CHARS - 1] + "…"
