@@ -126,3 +126,22 @@ def test_rows_group_by_mode_sizes_and_mask():
     args = _backward_args("gru", 7, 3, 5, 11, 2, 2)
     read = dict(cost_arguments(BACKWARD, *args))
     assert {10, 11, 12, 13, 17, 21} <= set(read)
+
+
+
+@pytest.mark.parametrize("kind, proj", [("gru", 0), ("lstm", 0), ("lstm", 4), ("rnn_tanh", 0)])
+@pytest.mark.parametrize("biases", [True, False])
+def test_a_weight_list_the_profiler_left_empty_is_rebuilt(kind, proj, biases):
+    # a list of more than 30 weights is recorded as []: 4 layers x 2 directions x (2, 4 or 5)
+    shapes, dtypes, concrete = _backward_args(kind, 7, 3, 5, 11, 4, 2, biases=biases, proj=proj)
+    concrete[2] = str((4 if biases else 2) + (1 if proj else 0))  # weight_stride0
+    full = op_cost(BACKWARD, shapes, dtypes, concrete)
+    shapes[1] = []
+    empty = op_cost(BACKWARD, shapes, dtypes, concrete)
+    assert empty is not None and (empty.flops, empty.bytes) == (full.flops, full.bytes)
+    # the forward of the same call, its list empty too: (x, [], stride0, weight_buf, hx, cx, mode, ...)
+    fwd = op_cost(FORWARD, [shapes[0], [], [], shapes[3], shapes[4], shapes[5], *[[]] * 10],
+                  [*dtypes[:6], *["scalar"] * 8, "ScalarList", ""],
+                  ["", "", concrete[2], "", "", "", *concrete[10:18], "[]", ""])
+    # backward with dw = data pass + weights pass (2 x the GEMMs) + 2 x the gate math
+    assert fwd is not None and empty.flops == 2 * fwd.flops

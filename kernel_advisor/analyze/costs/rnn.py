@@ -16,12 +16,16 @@ NB: activations passed between layers and the per-step gate tensors are not coun
 NB: dropout between layers (train=True, dropout > 0) is not counted.
 NB: torch.profiler records no dtype for the Tensor[] parameter and state lists; RNNs require
 them to match the input's dtype, which is used.
+torch.profiler records a Tensor[] of more than 30 tensors as [] (a 4-layer bidirectional GRU has
+32 parameters): the parameter shapes are then rebuilt from the input width, the states, the
+layer count, the direction count and has_biases, which fix them (`parameter_shapes`).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
+from kernel_advisor.analyze.costs import dtypes as dt
 from kernel_advisor.analyze.costs.call import OpCall, Tensor
 from kernel_advisor.analyze.costs.common import io_cost, written
 from kernel_advisor.analyze.costs.errors import Unmodelled
@@ -57,6 +61,25 @@ def recurrence_flops(r: Recurrence) -> int:
     return gemm_flops(r) + gate_flops(r)
 
 
+def parameter_shapes(kind: str, input_size: int, hidden: int, proj: int, layers: int,
+                     directions: int, has_biases: bool) -> list[tuple[int, ...]]:
+    """PyTorch's parameter list of a recurrent layer (nn.RNNBase._flat_weights order).
+
+    Per layer and direction: w_ih (G*H, in), w_hh (G*H, out), [b_ih (G*H,), b_hh (G*H,)],
+    [w_hr (P, H)], with out = P when LSTM's proj_size P > 0 else H, and in = input_size for the
+    first layer, out * directions for the others.
+    """
+    gates, out = GATES[kind] * hidden, proj or hidden
+    shapes: list[tuple[int, ...]] = []
+    for layer in range(layers):
+        width = input_size if layer == 0 else out * directions
+        for _ in range(directions):
+            shapes += [(gates, width), (gates, out)]
+            shapes += [(gates,), (gates,)] if has_biases else []
+            shapes += [(proj, hidden)] if proj else []
+    return shapes
+
+
 def _kind(call: OpCall) -> str:
     return call.name.removeprefix("aten::")
 
@@ -68,18 +91,32 @@ def _layout(call: OpCall, kind: str) -> tuple[int, int, int, int]:
     bidirectional, batch_first); data overloads (packed): (data, batch_sizes, hx, params,
     has_biases, num_layers, dropout, train, bidirectional). LSTM's hx is a Tensor[] (h, c).
     """
-    padded = call.is_list_arg(1) if kind == "lstm" else call.is_list_arg(2)
+    padded = _is_list(call, 1) if kind == "lstm" else _is_list(call, 2)
     if padded:
         return 1, 2, 3, -1
-    if call.is_list_arg(3):
+    if _is_list(call, 3):
         return 2, 3, 4, 1
     raise Unmodelled(f"{call.name}: unknown overload")
+
+
+def _is_list(call: OpCall, i: int) -> bool:
+    """A Tensor[] argument, also one the profiler recorded as [] (more than 30 tensors)."""
+    return call.is_list_arg(i) or (i < len(call.dtypes) and call.dtypes[i] == dt.TENSOR_LIST)
 
 
 def _states(call: OpCall, kind: str, pos: int, dtype: str) -> list[Tensor]:
     if kind == "lstm":
         return [Tensor(s, dtype) for s in call.list_shapes(pos)]
     return [call.tensor(pos)]
+
+
+def _unrecorded_params(kind: str, x: Tensor, states: list[Tensor], layers: int, directions: int,
+                       has_biases: bool) -> list[tuple[int, ...]]:
+    """The parameter shapes of a call whose list the profiler left empty, from its states:
+    h's width is the output size, LSTM's c the cell size (they differ with a projection)."""
+    out, hidden = states[0].shape[-1], states[-1].shape[-1]
+    proj = out if kind == "lstm" and out != hidden else 0
+    return parameter_shapes(kind, x.shape[-1], hidden, proj, layers, directions, has_biases)
 
 
 @register("gru", "lstm", "rnn_tanh", "rnn_relu")
@@ -92,12 +129,13 @@ def recurrent(call: OpCall) -> OpCost:
     states = _states(call, kind, state_pos, x.dtype)
     if not states or any(len(s.shape) not in (2, 3) for s in states):
         raise Unmodelled(f"{call.name}: bad hidden state shapes")
-    params = call.list_shapes(params_pos)
     has_biases = call.bool_at(flags)
     num_layers = call.int_at(flags + 1)
     bidirectional = call.bool_at(flags + 4)
     directions = 2 if bidirectional else 1
     groups = num_layers * directions
+    params = call.list_shapes(params_pos) or _unrecorded_params(kind, x, states, num_layers,
+                                                                directions, has_biases)
     if groups <= 0 or len(params) % groups:
         raise Unmodelled(f"{call.name}: {len(params)} parameters for {groups} layer-directions")
     per_group = len(params) // groups
@@ -169,12 +207,14 @@ def _cudnn_recurrence(call: OpCall, mode: int) -> tuple[Recurrence, Tensor]:
     if kind is None:
         raise Unmodelled(f"{call.name}: unknown mode {call.int_at(mode)}")
     hidden, proj = call.int_at(mode + _HIDDEN), call.int_at(mode + _PROJ)
-    groups = call.int_at(mode + _LAYERS) * (2 if call.bool_at(mode + _BIDIRECTIONAL) else 1)
-    params = call.list_shapes(1)
+    layers, directions = call.int_at(mode + _LAYERS), 2 if call.bool_at(mode + _BIDIRECTIONAL) else 1
+    groups = layers * directions
+    has_proj = int(proj > 0)
+    params = call.list_shapes(1) or _unrecorded_cudnn_params(call, kind, x, hidden, proj, layers,
+                                                             directions)
     if groups <= 0 or not params or len(params) % groups:
         raise Unmodelled(f"{call.name}: {len(params)} weights for {groups} layer-directions")
     per_group = len(params) // groups
-    has_proj = int(proj > 0)
     has_biases = per_group - 2 - has_proj == 2
     if per_group - 2 - has_proj not in (0, 2) or len(x.shape) not in (2, 3):
         raise Unmodelled(f"{call.name}: {per_group} weights per layer-direction, input {x.shape}")
@@ -183,6 +223,14 @@ def _cudnn_recurrence(call: OpCall, mode: int) -> tuple[Recurrence, Tensor]:
                     for g in range(groups) for i in matrices)
     rows = x.shape[0] if len(x.shape) == 2 else x.numel // max(x.shape[-1], 1)
     return Recurrence(kind, rows, hidden, groups, weights, has_biases), x
+
+
+def _unrecorded_cudnn_params(call: OpCall, kind: str, x: Tensor, hidden: int, proj: int,
+                             layers: int, directions: int) -> list[tuple[int, ...]]:
+    """The weight shapes of a cuDNN call whose list the profiler left empty. weight_stride0
+    (argument 2) is the count per layer-direction: 2 matrices, 2 biases if any, w_hr if any."""
+    has_biases = call.int_at(2) - int(proj > 0) == 4
+    return parameter_shapes(kind, x.shape[-1], hidden, proj, layers, directions, has_biases)
 
 
 @register("_cudnn_rnn")
@@ -249,3 +297,30 @@ def mkldnn_rnn_layer_backward(call: OpCall) -> OpCost:
     reads = call.tensors(range(0, 13)) + call.tensors((22,))
     writes = [written(t.shape, t.dtype) for t in call.tensors((0, 1, 2, 3, 4, 5, 6))]
     return io_cost(2 * gemm_flops(r) + 2 * gate_flops(r), reads, writes, x.dtype, tensor_cores=True)
+
+
+@register("_pack_padded_sequence")
+def pack_padded_sequence(call: OpCall) -> OpCost:
+    """_pack_padded_sequence(input, lengths, batch_first) -> (data, batch_sizes): a gather of
+    the rows inside each sequence's length into time-major order, no arithmetic.
+
+    NB: the lengths' values are not recorded, so every sequence counts at full length: data is
+    the input's size (an upper bound; shorter sequences pack fewer rows).
+    """
+    x, lengths = call.tensor(0), call.tensor(1)
+    if len(x.shape) < 2:
+        raise Unmodelled(f"{call.name}: input {x.shape} has no time and batch dims")
+    steps = x.shape[1] if call.bool_at(2) else x.shape[0]
+    return io_cost(0, [x, lengths], [written(x.shape, x.dtype), written((steps,), "int64")], x.dtype)
+
+
+@register("_pad_packed_sequence")
+def pad_packed_sequence(call: OpCall) -> OpCost:
+    """_pad_packed_sequence(data, batch_sizes, batch_first, padding_value, total_length) ->
+    (output, lengths): a scatter of the packed rows into a padded batch, no arithmetic.
+
+    NB: the batch size (batch_sizes[0]) is not recorded, so the output counts the packed rows
+    alone (a lower bound: the padding it also writes is left out).
+    """
+    data, batch_sizes = call.tensor(0), call.tensor(1)
+    return io_cost(0, [data, batch_sizes], [written(data.shape, data.dtype)], data.dtype)
