@@ -8,6 +8,7 @@ import typer
 
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
+from kernel_advisor.cli.options import check_top
 from kernel_advisor.errors import UserInputError
 
 
@@ -24,6 +25,7 @@ def compare_cmd(
     Ops are matched by name + input shapes + dtypes. When A has recommendations.json, each
     recommendation's estimated gain is set against what changed in B.
     """
+    check_top(top)
     from kernel_advisor.analyze.compare import compare_runs
     from kernel_advisor.analyze.run_extras import load_recommendations
     from kernel_advisor.collect.rundir import load_run, resolve_run

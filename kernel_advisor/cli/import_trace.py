@@ -8,7 +8,7 @@ import typer
 
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
-from kernel_advisor.cli.options import Mode
+from kernel_advisor.cli.options import Mode, check_top
 
 
 @app.command("import")
@@ -24,6 +24,11 @@ def import_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")] = False,
 ) -> None:
     """Build a run from a trace captured elsewhere, without running any model."""
+    check_top(top)
+    if out is not None:
+        from kernel_advisor.collect.rundir import check_writable_target
+
+        check_writable_target(out)
     from kernel_advisor import api
     from kernel_advisor.render.profile_render import hotspot_table, profile_json, run_warnings, summary_line
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from kernel_advisor.cli import console
-from kernel_advisor.cli.options import AutocastOption, Device, DType, Mode, autocast_name
+from kernel_advisor.cli.options import AutocastOption, Device, DType, Mode, autocast_name, check_seed, check_top
 from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.collect.counts import validate_counts
 from kernel_advisor.errors import UserInputError
@@ -38,6 +38,12 @@ def profile_cmd(
 ) -> None:
     """Profile MODEL on the device, attribute device time to ops, classify each hotspot on the roofline."""
     validate_counts(warmup, steps)
+    check_top(top)
+    check_seed(seed)
+    if out is not None:  # before the model runs: a bad --out must not cost a profile
+        from kernel_advisor.collect.rundir import check_writable_target
+
+        check_writable_target(out)
     if nproc_per_node != 1 or fsdp:
         _check_distributed_options(nproc_per_node, fsdp, mode, autocast_name(autocast), with_stack)
         from kernel_advisor.distributed.launch import DistributedRequest

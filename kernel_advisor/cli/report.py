@@ -8,6 +8,8 @@ import typer
 
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
+from kernel_advisor.cli.options import check_top
+from kernel_advisor.cli.outputs import check_not_model_file, check_output_file, model_file_of
 
 # render.html_report's DEFAULT_TOP, which imports pandas: --help must not (tests/test_cli_startup.py checks they agree).
 DEFAULT_TOP = 50
@@ -19,6 +21,7 @@ def report_cmd(
     run: Annotated[Optional[Path], typer.Argument(help="Run directory (default: the latest run).")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="HTML file to write (default RUN/report.html).")] = None,
     top: Annotated[int, typer.Option(help="Hotspot rows in the table.")] = DEFAULT_TOP,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing -o file that is not an HTML report.")] = False,
 ) -> None:
     """Write one self-contained HTML report of a run (no network needed).
 
@@ -27,8 +30,11 @@ def report_cmd(
     from kernel_advisor.collect.rundir import load_run, resolve_run
     from kernel_advisor.render.html_report import write_report
 
+    check_top(top)
     run_dir = resolve_run(run)
     out = output if output is not None else run_dir / "report.html"
+    check_not_model_file(out, model_file_of(run_dir))
+    check_output_file(out, (".html", ".htm"), force)
     result = write_report(load_run(run_dir), out, top)
     if result.chart_problem:
         console.warn(f"the report has no roofline chart: {result.chart_problem}")

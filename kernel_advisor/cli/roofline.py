@@ -8,6 +8,7 @@ import typer
 
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
+from kernel_advisor.cli.outputs import check_not_model_file, check_output_file, model_file_of
 from kernel_advisor.errors import UserInputError
 
 
@@ -16,6 +17,7 @@ from kernel_advisor.errors import UserInputError
 def roofline_cmd(
     run: Annotated[Optional[Path], typer.Argument(help="Run directory (default: the latest run).")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Image to write, .png or .svg (default RUN/roofline.png).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing -o file that is not a .png or .svg image.")] = False,
 ) -> None:
     """Draw the device's roofs and every modelled hotspot, log-log (needs matplotlib)."""
     from kernel_advisor.collect.rundir import load_run, resolve_run
@@ -26,6 +28,8 @@ def roofline_cmd(
     fmt = chart_format(out.suffix)  # before any work: a wrong name fails fast
     if not out.parent.is_dir():
         raise UserInputError(f"the directory {out.parent} does not exist", "create it or choose another -o")
+    check_not_model_file(out, model_file_of(run_dir))
+    check_output_file(out, (".png", ".svg"), force)
     loaded = load_run(run_dir)
     data = roofline_data(loaded.ops, loaded.meta)
     write_chart(draw_roofline(data, fmt), out)
