@@ -270,12 +270,29 @@ def resolve_run(run: str | Path | None = None) -> Path:
     if not latest.is_file():
         raise UserInputError(f"no run yet (no {latest})",
                              "run `advisor profile MODEL.py` first, or pass a run directory")
-    target = Path(latest.read_text(encoding="utf-8").strip())
-    path = target if target.is_absolute() else runs_root() / target
+    path = _latest_target(latest)
     if not path.is_dir():
         raise UserInputError(f"{latest} points at {path}, which no longer exists",
                              "run `advisor profile MODEL.py` again, or pass a run directory")
     return path
+
+
+def _latest_target(latest: Path) -> Path:
+    """The run `latest` names; a file damaged into binary or a runaway size is refused."""
+    fix = "run `advisor profile MODEL.py` again, or pass a run directory"
+    with open(latest, "rb") as f:
+        data = f.read(_MAX_LATEST_BYTES + 1)
+    try:
+        text = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        text = ""
+    if len(data) > _MAX_LATEST_BYTES or not text or not text.isprintable():
+        raise UserInputError(f"{latest} is damaged: it does not hold the path of a run", fix)
+    target = Path(text)
+    return target if target.is_absolute() else runs_root() / target
+
+
+_MAX_LATEST_BYTES = 4096  # PATH_MAX: a path longer than this names no directory
 
 
 def load_run(path: str | Path) -> Run:

@@ -14,6 +14,7 @@ writes its `to_json`.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -64,6 +65,31 @@ def wrong_types(values: Mapping[str, Any]) -> list[str]:
     return wrong
 
 
+# Seconds and counts that no profile writes negative or non-finite; every "% of the step"
+# divides by step_s, so it must be positive.
+NON_NEGATIVE = ("total_device_time_s", "device_busy_s", "device_busy_frac", "profiler_overhead_ratio")
+STEP_FIGURES = ("value", "low", "high")
+
+
+def impossible_values(values: Mapping[str, Any]) -> list[str]:
+    """The keys of `values` (types already right) whose numbers no profile writes."""
+    bad = [k for k in NON_NEGATIVE if _is(values.get(k), _NUMBER) and not _finite_at_least(values[k], 0)]
+    bad += [k for k in NUMBER_LISTS if isinstance(values.get(k), list)
+            and not all(_finite_at_least(v, 0) for v in values[k])]
+    if _is(values.get("steps"), (int,)) and values["steps"] < 1:
+        bad.append("steps")
+    step = values.get("step_s")
+    if isinstance(step, dict):
+        bad += [f"step_s.{k}" for k in STEP_FIGURES
+                if k in step and step[k] is not None and not (_is(step[k], _NUMBER) and _finite_at_least(step[k], 0)
+                                                              and step[k] > 0)]
+    return bad
+
+
+def _finite_at_least(value: Any, low: float) -> bool:
+    return math.isfinite(value) and value >= low
+
+
 def _is(value: Any, types: tuple[type, ...]) -> bool:
     if isinstance(value, bool):
         return bool in types
@@ -105,6 +131,11 @@ class RunRecord:
         if wrong:
             raise RecordError(f"{source} is damaged: {', '.join(wrong)} {'has' if len(wrong) == 1 else 'have'} "
                               "the wrong type", DAMAGED_FIX)
+        impossible = impossible_values(doc)
+        if impossible:
+            raise RecordError(f"{source} is damaged: {', '.join(impossible)} "
+                              f"{'holds' if len(impossible) == 1 else 'hold'} an impossible value "
+                              "(negative, infinite or not a number)", DAMAGED_FIX)
         return cls({k: v for k, v in doc.items() if k != "schema_version"}, version)
 
     @classmethod
