@@ -132,5 +132,4 @@ def test_bidirectional_multi_layer_recurrences_are_modelled_on_cuda(case, mode, 
     run = ka.profile(model, [x], device="cuda", mode=mode, steps=2, warmup=1)
     rnn = run.ops["name"].isin(["aten::gru", "aten::lstm", "aten::_cudnn_rnn_backward"])
     assert run.ops.loc[rnn, "modelled"].astype(bool).all(), run.ops.loc[rnn, ["name", "input_shapes"]]
-    if mode == "inference":  # training adds the loss and autograd's own ops around the recurrence
-        assert _modelled_pct(run) >= MODELLED_MIN_PCT, run.meta["coverage"]["unmodelled"]
+    assert _modelled_pct(run) >= MODELLED_MIN_PCT, run.meta["coverage"]["unmodelled"]
