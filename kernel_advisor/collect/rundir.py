@@ -54,9 +54,15 @@ _DEFAULT_NAMES: dict[Path, Path] = {}
 _MAX_SUFFIX = 10_000
 
 
+_MAX_STEM_BYTES = 160
+
+
 def default_run_dir(model_stem: str) -> Path:
     """`<runs>/<stem>-<time>`, or `-2`, `-3`, … when taken; RunWriter keeps it unique at rename time."""
-    base = runs_root() / f"{model_stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    # A long model name is cut: the name, the time, a `-N` and the `.partial-…` of the
+    # temporary directory must fit in the file system's 255 bytes.
+    stem = model_stem.encode("utf-8")[:_MAX_STEM_BYTES].decode("utf-8", "ignore")
+    base = runs_root() / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     path = _free_name(base)
     _DEFAULT_NAMES[path] = base
     return path
