@@ -23,7 +23,13 @@ from kernel_advisor.records.columns import ANALYSIS_COLUMNS
 
 THRESHOLDS_FILE = Path(__file__).resolve().parent.parent / "data" / "verdict_thresholds.yaml"
 # The one list of verdicts; rules, tables and the report read it from here.
-VERDICTS = ("compute-bound", "memory-bound", "under-occupied", "latency-bound", "host-bound", "unknown")
+VERDICTS = ("compute-bound", "memory-bound", "under-occupied", "latency-bound", "sequential", "host-bound",
+            "unknown")
+# Recurrent layers: T time steps per layer, each waiting on the last, so below the limiter their
+# time is a chain of per-step latencies, not a roof they fall short of ("sequential").
+RECURRENT_OPS = frozenset({"aten::gru", "aten::lstm", "aten::rnn_tanh", "aten::rnn_relu", "aten::_cudnn_rnn",
+                           "aten::_cudnn_rnn_backward", "aten::mkldnn_rnn_layer",
+                           "aten::mkldnn_rnn_layer_backward"})
 ANALYZE_COLUMNS = ANALYSIS_COLUMNS  # records/columns.py, the one list of ops.csv's names
 NAN = float("nan")
 
@@ -237,6 +243,8 @@ def _verdict(rec: Mapping[str, Any], row: Mapping[str, Any], sm_count: int,
     if max(_or_minus_inf(compute_frac), _or_minus_inf(memory_frac)) >= thr.limiter_frac:
         return ("compute-bound" if _or_minus_inf(compute_frac) >= _or_minus_inf(memory_frac)
                 else "memory-bound")
+    if str(row.get("name")) in RECURRENT_OPS:
+        return "sequential"
     if rec["roofline_per_call_s"] == 0:
         return "latency-bound"
     occupancy = _occupancy_verdict(rec, row, sm_count, thr)

@@ -10,6 +10,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from kernel_advisor.analyze.costs import rnn
+from kernel_advisor.analyze.costs.call import OpCall
+from kernel_advisor.analyze.costs.errors import Unmodelled
+from kernel_advisor.analyze.roofline import RECURRENT_OPS
 from kernel_advisor.collect.step_time import step_time_of
 from kernel_advisor.dtypes import is_floating
 from kernel_advisor.recommend.kernels import op_family
@@ -191,6 +195,20 @@ def attention_backend(name: str, kernels: Any) -> str | None:
     return "math" if names else "unknown"
 
 
+def recurrence_steps(name: str, row: Mapping[str, Any]) -> int | None:
+    """The cell steps a recurrent-layer row runs one after another per call (T x layers), None
+    for other ops or arguments the profiler did not record."""
+    if name not in RECURRENT_OPS:
+        return None
+    try:
+        call = OpCall.from_trace(name, decoded(row.get("input_shapes")), decoded(row.get("input_dtypes")),
+                                 decoded(row.get("concrete_inputs")))
+        steps = rnn.recurrence_steps(call)
+    except Unmodelled:
+        return None
+    return steps if steps > 0 else None
+
+
 def op_evidence(row: Mapping[str, Any], ctx: RunContext) -> dict[str, Any]:
     name = str(row.get("name", ""))
     calls = _num(row, "calls") or 0.0
@@ -198,6 +216,7 @@ def op_evidence(row: Mapping[str, Any], ctx: RunContext) -> dict[str, Any]:
     time_s = _num(row, "device_time_total_s") or 0.0
     headroom_s = _num(row, "headroom_total_s")
     dims = alignment_dims(name, row.get("input_shapes"))
+    per_call_s, steps = _num(row, "device_time_per_call_s"), recurrence_steps(name, row)
     return {
         "row_id": int(row.get("row_id", -1)), "name": name, "kind": str(row.get("kind") or "op"),
         "verdict": str(row.get("verdict") or "unknown"), "dtype": primary_dtype(row.get("input_dtypes")),
@@ -222,4 +241,6 @@ def op_evidence(row: Mapping[str, Any], ctx: RunContext) -> dict[str, Any]:
         "gemm_dims": ", ".join(f"{k}={v}" for k, v in (dims or {}).items()),
         "memory_format": memory_format(name, row.get("input_shapes"), row.get("input_strides")),
         "attention_backend": attention_backend(name, row.get("kernels")),
+        "time_steps": steps,
+        "time_step_s": per_call_s / steps if steps and per_call_s is not None else None,
     }

@@ -47,6 +47,7 @@ _OP_FIELDS = {
     "cpu_time_per_call_us": ("cpu_time_per_call_s", 1e6),
     "device_time_per_call_us": ("device_time_per_call_s", 1e6),
     "attention_backend": ("attention_backend", None),
+    "time_steps": ("time_steps", 1.0), "time_step_us": ("time_step_s", 1e6),
 }
 _PATTERN_FIELDS = {
     "pattern": ("pattern", None), "variant": ("variant", None), "names": ("names", None),

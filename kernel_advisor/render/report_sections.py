@@ -19,7 +19,8 @@ from kernel_advisor.render.step_render import overhead_figure_text, step_value_t
 from kernel_advisor.render.units import fmt_frac_pct, fmt_pct, fmt_si, fmt_time_s, shorten
 
 _VERDICT_VARS = {"compute-bound": "--compute", "memory-bound": "--memory", "under-occupied": "--occupancy",
-                 "latency-bound": "--latency", "host-bound": "--host", "unknown": "--unknown"}
+                 "latency-bound": "--latency", "sequential": "--sequential", "host-bound": "--host",
+                 "unknown": "--unknown"}
 
 
 def missing(value: Any) -> bool:

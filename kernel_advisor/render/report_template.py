@@ -122,7 +122,7 @@ SORT_JS = """
 
 CSS = """
 :root { --fg:#1f2328; --muted:#59636e; --line:#d1d9e0; --bg:#ffffff; --band:#f6f8fa;
-  --compute:#2e7d32; --memory:#1565c0; --occupancy:#00838f; --latency:#ef6c00; --host:#8e24aa; --unknown:#757575; }
+  --compute:#2e7d32; --memory:#1565c0; --occupancy:#00838f; --latency:#ef6c00; --sequential:#6d4c41; --host:#8e24aa; --unknown:#757575; }
 * { box-sizing: border-box; }
 body { margin:0; font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif; color:var(--fg);
   background:var(--bg); }
@@ -170,7 +170,7 @@ code, .mono { font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace; 
 .badge { display:inline-block; padding:1px 7px; border-radius:10px; font-size:12px; color:#fff;
   white-space:nowrap; }
 .v-compute-bound { background:var(--compute); } .v-memory-bound { background:var(--memory); }
-.v-under-occupied { background:var(--occupancy); } .v-latency-bound { background:var(--latency); } .v-host-bound { background:var(--host); }
+.v-under-occupied { background:var(--occupancy); } .v-latency-bound { background:var(--latency); } .v-sequential { background:var(--sequential); } .v-host-bound { background:var(--host); }
 .v-unknown { background:var(--unknown); }
 .s-good { background:var(--compute); } .s-bad { background:#cf222e; } .s-other { background:var(--unknown); }
 .tier { background:#57606a; }

@@ -20,7 +20,7 @@ from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
 from kernel_advisor.render.units import fmt_pct, fmt_si, shorten
 
 VERDICT_COLOURS = {"compute-bound": "#2e7d32", "memory-bound": "#1565c0", "under-occupied": "#00838f",
-                   "latency-bound": "#ef6c00",
+                   "latency-bound": "#ef6c00", "sequential": "#6d4c41",
                    "host-bound": "#8e24aa", "unknown": "#757575"}
 POINTS_GID_PREFIX = "hotspots-"  # SVG: <g id="hotspots-memory-bound"> holds one marker per point
 LABELLED_TOP = 5

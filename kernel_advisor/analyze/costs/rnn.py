@@ -324,3 +324,39 @@ def pad_packed_sequence(call: OpCall) -> OpCost:
     """
     data, batch_sizes = call.tensor(0), call.tensor(1)
     return io_cost(0, [data, batch_sizes], [written(data.shape, data.dtype)], data.dtype)
+
+
+def recurrence_steps(call: OpCall) -> int:
+    """The cell steps a recurrent-layer call runs one after another: T time steps per layer.
+
+    T is the input's time dim (dim 1 with batch_first, else 0; an unbatched 2-D input's 0), or the
+    length of batch_sizes for a packed input. NB: the layers count as a chain of T * L steps;
+    cuDNN may start layer l+1 before layer l ends (a wavefront), so the chain can be as short as
+    T + L - 1. The directions of a bidirectional layer run side by side and count once.
+    """
+    kind = _kind(call)
+    if kind in GATES:
+        _, _, flags, sizes_pos = _layout(call, kind)
+        layers = call.int_at(flags + 1)
+        if sizes_pos >= 0:
+            return call.tensor(sizes_pos).shape[0] * layers
+        return _time_dim(call.tensor(0), call.bool_at(flags + 5)) * layers
+    mode = {"_cudnn_rnn": _FORWARD_MODE, "_cudnn_rnn_backward": _BACKWARD_MODE}.get(kind)
+    if mode is not None:
+        batch_sizes = call.ints_at(mode + _BIDIRECTIONAL + 1, ())
+        layers = call.int_at(mode + _LAYERS)
+        if batch_sizes:
+            return len(batch_sizes) * layers
+        return _time_dim(call.tensor(0), call.bool_at(mode + _LAYERS + 1)) * layers
+    first = {"mkldnn_rnn_layer": 14, "mkldnn_rnn_layer_backward": 21}.get(kind)
+    if first is None:
+        raise Unmodelled(f"{call.name}: not a recurrent layer")
+    return _time_dim(call.tensor(0), call.bool_at(first))
+
+
+def _time_dim(x: Tensor, batch_first: bool) -> int:
+    if len(x.shape) == 2:  # unbatched (T, I)
+        return x.shape[0]
+    if len(x.shape) != 3:
+        raise Unmodelled(f"recurrent input {x.shape} is not (T, B, I) or (B, T, I)")
+    return x.shape[1] if batch_first else x.shape[0]
