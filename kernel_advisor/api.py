@@ -12,6 +12,7 @@ the CLI is a thin layer over the same functions.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -25,9 +26,10 @@ from kernel_advisor.pipeline import import_to_run, profile_to_run
 from kernel_advisor.collect.rundir import default_run_dir, load_run, write_json_atomic
 from kernel_advisor.collect.step_time import StepTime, step_time_of
 from kernel_advisor.errors import UserInputError
+from kernel_advisor.experiment.quiet import LOG_FILE, compilers_to_log
+from kernel_advisor.experiment.search import SearchOptions
 from kernel_advisor.measure.advice import AdviceMeasurement, measure_report
 from kernel_advisor.measure.from_run import load_run_model
-from kernel_advisor.measure.session import MeasureOptions
 from kernel_advisor.records.recommendations import FILE, RecommendationEntry, RecommendationsRecord
 from kernel_advisor.recommend.explain import CompileReport
 from kernel_advisor.recommend.kernels import registry_kernels
@@ -72,8 +74,8 @@ class Run:
         report, doc = recommendations_document(self, rules, top)
         if measure:
             loaded, mode = self.model()
-            doc, _ = measure_document(report, doc, loaded, mode, MeasureOptions(budget_s=budget_s), top, also,
-                                      progress)
+            doc, _ = measure_document(report, doc, loaded, mode, SearchOptions(budget_s=budget_s), top, also,
+                                      progress, self.path, self.meta.get("device_busy_frac"))
         return list(save_recommendations(self.path, doc).recommendations)
 
     def model(self) -> tuple[LoadedModel, str]:
@@ -182,11 +184,19 @@ def recommendations_document(run, rules: Sequence[str | Path] | None, top: int,
     return report, RecommendationsRecord.from_json(report_to_dict(report, str(run.path))).to_json()
 
 
-def measure_document(report: Report, doc: Mapping, loaded: LoadedModel, mode: str, options: MeasureOptions,
-                     top: int, also: Sequence[str] = (),
-                     progress: Progress | None = None) -> tuple[dict, AdviceMeasurement]:
-    """Every recommendation's action measured in the model; the document ranked by measured gain."""
-    m = measure_report(report, loaded, mode, options, top, also, progress)
+def measure_document(report: Report, doc: Mapping, loaded: LoadedModel, mode: str, options: SearchOptions,
+                     top: int, also: Sequence[str] = (), progress: Progress | None = None,
+                     run_dir: Path | None = None, busy_frac: float | None = None,
+                     terminal: Callable[[Any], Any] | None = None) -> tuple[dict, AdviceMeasurement]:
+    """Every recommendation's action measured in the model, searched with the compile modes and
+    their combinations; the document ranked by measured gain. experiments.json and the
+    compilers' log (measure.log) are written in `run_dir` as the search goes; `terminal`, when
+    given, receives the stream to the real stderr while the compilers' output is diverted."""
+    log_dir = Path(run_dir) if run_dir is not None else None
+    quiet = compilers_to_log(log_dir / LOG_FILE) if log_dir is not None else contextlib.nullcontext(None)
+    with quiet as stream:
+        with (terminal(stream) if terminal is not None and stream is not None else contextlib.nullcontext()):
+            m = measure_report(report, loaded, mode, options, top, also, progress, busy_frac, log_dir)
     return RecommendationsRecord.from_json(add_measurement(dict(doc), report, m)).to_json(), m
 
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 
 from kernel_advisor.actions.tf32 import TF32_TOLERANCE
-from kernel_advisor.measure.gating import (TF32_CONV_NOTE, GateRecord, _float32_convolutions,
+from kernel_advisor.experiment.gate import (TF32_CONV_NOTE, GateRecord, _float32_convolutions,
                                            tf32_conv_tolerance)
 from kernel_advisor.trykernel.candidates import default_tolerance
 from kernel_advisor.trykernel.gate import compare_leaf
@@ -73,7 +73,7 @@ def test_gate_variant_gates_channels_last_with_the_stated_tolerance(monkeypatch)
     # The device is only labelled cuda: the tensors stay on the CPU, and the gate reads nothing
     # but the label, the cudnn flag and the modules, so the wiring is tested without a GPU.
     from kernel_advisor.actions import channels_last
-    from kernel_advisor.measure.gating import gate_variant
+    from kernel_advisor.experiment.gate import gate_variant
     from kernel_advisor.trykernel.capture import capture_step
 
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)

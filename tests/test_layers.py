@@ -14,8 +14,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Lower index = lower layer; a package may import only packages with a lower index.
-LAYERS = ["errors", "records", "dtypes", "located_yaml", "collect", "analyze", "pipeline", "hardware", "trykernel", "actions", "recommend",
-          "measure", "distributed", "render", "api", "cli"]
+LAYERS = ["errors", "records", "dtypes", "located_yaml", "collect", "analyze", "pipeline", "hardware", "trykernel", "actions", "experiment",
+          "recommend", "measure", "distributed", "render", "api", "cli"]
 
 
 def _imports(path: pathlib.Path) -> set[str]:

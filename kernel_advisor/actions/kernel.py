@@ -1,4 +1,9 @@
-"""`kernel:<id>`: a bundled reference kernel substituted into the model, as try-kernel does it."""
+"""`kernel:<id>`: a bundled reference kernel substituted into the model, as try-kernel does it.
+
+Both commands build the kernel's candidate the same way (`candidate`): the same measured
+routes for the run's regime and the same dispatch cost, so one substitution measures the
+same whichever command asks.
+"""
 from __future__ import annotations
 
 import functools
@@ -7,9 +12,10 @@ import torch
 
 from kernel_advisor.actions.base import Action, NotApplicable, NotMeasurable, Variant
 from kernel_advisor.collect.loader import LoadedModel
-from kernel_advisor.trykernel.candidates import from_spec, installed
+from kernel_advisor.trykernel.candidates import Candidate, from_spec, installed
 from kernel_advisor.trykernel.patterns import find_patterns
-from kernel_advisor.trykernel.sets import new_logs, CandidateSet
+from kernel_advisor.trykernel.selection import kernel_routing
+from kernel_advisor.trykernel.sets import CandidateSet, new_logs
 
 PREFIX = "kernel:"
 
@@ -18,7 +24,9 @@ def kernel_id(action_name: str) -> str:
     return action_name[len(PREFIX):]
 
 
-def prepare(action_name: str, loaded: LoadedModel, mode: str) -> Variant:
+def candidate(action_name: str, loaded: LoadedModel, busy_frac: float | None = None) -> Candidate:
+    """The kernel's candidate for this model: routes of the run's regime (host-bound unless the
+    run's device-busy fraction says otherwise), the substitution's measured dispatch cost."""
     from reference_kernels.registry import all_kernels
 
     wanted = kernel_id(action_name)
@@ -31,17 +39,19 @@ def prepare(action_name: str, loaded: LoadedModel, mode: str) -> Variant:
     if loaded.device.type == "cpu" and spec.capability.backend == "triton":
         raise NotMeasurable("Triton kernels run in the interpreter on the CPU: correct, but not timeable")
     matches = find_patterns(loaded.model) if isinstance(loaded.model, torch.nn.Module) else []
-    candidate = from_spec(spec, matches)
-    logs = new_logs(CandidateSet(spec.id, (candidate,)))
-    log = logs[candidate.id]
-    context = functools.partial(installed, (candidate,), logs, loaded.device.type, False)
-    return Variant(action_name, loaded.model, f"{spec.id} ({', '.join(candidate.targets) or 'its ops'})",
-                   context=context, tolerance=candidate.tolerance, stage="kernel",
+    bound, dispatch_s = kernel_routing(loaded.device, busy_frac)
+    return from_spec(spec, matches, bound, dispatch_s)
+
+
+def prepare(action_name: str, loaded: LoadedModel, mode: str, busy_frac: float | None = None) -> Variant:
+    c = candidate(action_name, loaded, busy_frac)
+    logs = new_logs(CandidateSet(c.id, (c,)))
+    log = logs[c.id]
+    context = functools.partial(installed, (c,), logs, loaded.device.type, False)
+    return Variant(action_name, loaded.model, f"{c.id} ({', '.join(c.targets) or 'its ops'})",
+                   context=context, tolerance=c.tolerance, stage="kernel",
                    counters=lambda: (log.candidate_calls, log.fallback_calls))
 
 
 def action_for(name: str) -> Action:
-    # NB: a plan never stacks a kernel on a compiled model; try-kernel's compile + kernel
-    # variant measures that pair.
-    return Action(name, f"bundled kernel {kernel_id(name)}", "kernel", functools.partial(prepare, name),
-                  excludes=("compile",))
+    return Action(name, f"bundled kernel {kernel_id(name)}", "kernel", functools.partial(prepare, name))

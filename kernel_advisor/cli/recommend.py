@@ -82,6 +82,9 @@ def recommend_command(
     also: Annotated[Optional[list[str]], typer.Option(
         "--also", metavar="ACTION", help="With --measure: also measure this action (e.g. compile, "
                                          "compile:reduce-overhead), recommended or not (repeatable).")] = None,
+    emit_plan: Annotated[Optional[Path], typer.Option(
+        "--emit-plan", metavar="FILE.py", help="With --measure: write the measured plan as a module with "
+                                               "apply_plan(model, example_inputs) -> model.")] = None,
     region: Annotated[Optional[str], typer.Option(
         "--region", help="Only ops inside this NVTX / record_function region (name or glob); gains stay % of the whole step; not saved to recommendations.json.")] = None,
 ) -> None:
@@ -91,8 +94,9 @@ def recommend_command(
     from kernel_advisor.cli.measure import MeasureArgs, check_args, measure_and_render
     from kernel_advisor.collect.rundir import load_run, resolve_run
 
-    margs = MeasureArgs(measure=measure, top=top, budget_s=budget_s, also=tuple(also or ()), region=region)
-    measuring = measure or bool(also) or budget_s is not None
+    margs = MeasureArgs(measure=measure, top=top, budget_s=budget_s, also=tuple(also or ()), region=region,
+                        emit_plan=emit_plan)
+    measuring = measure or bool(also) or budget_s is not None or emit_plan is not None
     if measuring:
         check_args(margs)
     run_dir = resolve_run(run)

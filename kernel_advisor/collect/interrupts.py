@@ -83,6 +83,43 @@ def sigint_recorded() -> bool:
     return any(d.received for d in _ACTIVE)
 
 
+# ---------------------------------------------------------------- a clock that interrupts
+
+
+class OutOfTime(KeyboardInterrupt):
+    """Raised by `alarm_after` in the main thread when its time is up.
+
+    A KeyboardInterrupt, so that every handler that lets Ctrl-C through (the model's step,
+    torch.compile's own error handling) lets the clock through too; whoever set the alarm
+    catches it.
+    """
+
+
+@contextlib.contextmanager
+def alarm_after(seconds: float) -> Iterator[None]:
+    """Raise OutOfTime in the main thread after `seconds` of wall time (nothing elsewhere, or
+    for an infinite or non-positive limit: a plain block). The timer is gone on exit."""
+    usable = threading.current_thread() is threading.main_thread() and 0 < seconds < float("inf")
+    if not usable:
+        yield
+        return
+
+    def ring(signum, frame):  # noqa: ARG001 - a signal handler's signature
+        raise OutOfTime(f"over its {seconds:.0f} s")
+
+    try:
+        previous = signal.signal(signal.SIGALRM, ring)
+    except (ValueError, OSError):
+        yield
+        return
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 # ---------------------------------------------------------------- runs this process kept
 
 

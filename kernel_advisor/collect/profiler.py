@@ -1,5 +1,9 @@
 """Run the model under torch.profiler: warm-up outside, then profiled steps.
 
+The step time every command quotes is the user's loop's: windows of back-to-back steps
+between two synchronizes (collect/loop_timing.py), timed after the synchronized steps the
+steady-state check and the overhead use.
+
 Warm-up steps run before the profiler exists, so torch.compile, lazy initialisation and
 cuDNN autotuning never show up as hotspots. The same number of steps is also timed without
 the profiler, and the ratio of medians is the profiler's overhead.
@@ -31,6 +35,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from kernel_advisor.collect.counts import validate_counts
 from kernel_advisor.collect.interrupts import deferred_sigint, hold_for_tests
 from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.collect.loop_timing import steps_per_window, window_s
 from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
 from kernel_advisor.collect.nvtx_ranges import nvtx_range
 from kernel_advisor.collect.profiler_output import profiler_output_filtered, quietly
@@ -38,6 +43,7 @@ from kernel_advisor.collect.runner import make_step, nonfinite_outputs
 from kernel_advisor.collect.step_time import SteadyState, is_drifting, time_until_steady
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
+MIN_LOOP_WINDOWS = 3
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,8 @@ class Capture:
     timing_trace_path: Path | None = None  # the timing pass's trace (GPU runs)
     timing_step_wall_s: tuple[float, ...] = ()  # its steps
     timing_unprofiled_step_wall_s: tuple[float, ...] = ()  # unprofiled steps timed right before and after it
+    loop_step_s: tuple[float, ...] = ()  # back-to-back windows: the mean step of each (collect/loop_timing.py)
+    loop_window_steps: int = 0  # steps per window
 
 
 def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Path,
@@ -72,6 +80,8 @@ def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Pa
         # Steps still speeding up are warm-up: timed again, up to a cap (collect/step_time.py).
         unprofiled, steady = time_until_steady(lambda: _timed_steps(step, steps, sync, report),
                                                drifting=_drifting_on_any_rank(loaded.device))
+        window = steps_per_window(statistics.median(unprofiled))
+        loop = _loop_windows(step, steps, window, loaded.device, report)
         if loaded.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(loaded.device)
         profiled = _profiled_steps(step, steps, sync, trace_path, loaded.device, report, with_stack)
@@ -90,7 +100,7 @@ def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Pa
                    profiler_overhead_ratio=ratio, peak_memory_bytes=peak, peak_memory_kind=kind,
                    nonfinite_outputs=tuple(nonfinite), steady_state=steady,
                    timing_trace_path=timing_path, timing_step_wall_s=tuple(timed),
-                   timing_unprofiled_step_wall_s=tuple(around))
+                   timing_unprofiled_step_wall_s=tuple(around), loop_step_s=tuple(loop), loop_window_steps=window)
 
 
 def _phase(report: Progress, phase: str) -> Progress:
@@ -161,6 +171,17 @@ def _timed_steps(step, steps: int, sync, report: Progress) -> list[float]:
             walls.append(_one_timed(step, sync))
             report("timing without profiler", i + 1, steps)
     return walls
+
+
+def _loop_windows(step, steps: int, window: int, dev: torch.device, report: Progress) -> list[float]:
+    """The user's loop: `max(steps, MIN_LOOP_WINDOWS)` windows of `window` back-to-back steps."""
+    windows = max(steps, MIN_LOOP_WINDOWS)
+    out = []
+    with nvtx_range("advisor/back-to-back"):
+        for i in range(windows):
+            out.append(window_s(step, window, dev))
+            report("timing back-to-back steps", i + 1, windows)
+    return out
 
 
 def _one_timed(step, sync) -> float:

@@ -60,7 +60,8 @@ def profile_meta(loaded: LoadedModel, args: dict, cap: Capture, attr: Attributio
         "settings": numerics_settings(args["mode"], args["dtype"], effective_dtype(loaded)),
         "step_wall_s": list(profiled), "unprofiled_step_wall_s": list(cap.unprofiled_step_wall_s),
         # The one step time every command quotes (collect/step_time.py).
-        "step_s": _json_or_none(step_time_estimate(profiled, cap.unprofiled_step_wall_s)),
+        "step_s": _json_or_none(step_time_estimate(profiled, cap.unprofiled_step_wall_s, cap.loop_step_s)),
+        "loop_step_s": list(cap.loop_step_s), "loop_window_steps": cap.loop_window_steps,
         "steady_state": _json_or_none(cap.steady_state),
         "profiler_overhead_ratio": overhead.value if overhead is not None else cap.profiler_overhead_ratio,
         "profiler_overhead": _json_or_none(overhead),

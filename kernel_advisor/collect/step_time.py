@@ -27,7 +27,7 @@ DRIFT_RATIO_LIMIT = 1.2
 MAX_EXTRA_WARMUP_ROUNDS = 3  # each round re-times `steps` steps; the cap on extra warm-up
 MIN_STEPS_FOR_DRIFT = 3  # a third needs a step
 
-SOURCES = ("unprofiled", "profiled", "trace-span")
+SOURCES = ("back-to-back", "unprofiled", "profiled", "trace-span")
 
 
 @dataclass(frozen=True)
@@ -37,13 +37,17 @@ class StepTime:
     value_s: float
     low_s: float | None  # None: no interval (one step, or a trace with no step markers)
     high_s: float | None
-    source: str  # "unprofiled", "profiled" (profiler overhead included) or "trace-span"
+    # "back-to-back" (the user's loop: windows of steps between two synchronizes), "unprofiled"
+    # (synchronized steps), "profiled" (profiler overhead included) or "trace-span"
+    source: str
     steps: int  # how many steps it summarises
     confidence: float | None  # coverage of [low_s, high_s]
 
     def basis(self) -> str:
         """What the figure is, for people: "median of 10 unprofiled steps"."""
         plural = "" if self.steps == 1 else "s"
+        if self.source == "back-to-back":
+            return f"median of {self.steps} window{plural} of back-to-back steps"
         if self.source == "trace-span":
             return f"whole trace / {self.steps} step{plural} (no step markers)"
         return f"median of {self.steps} {self.source} step{plural}"
@@ -144,9 +148,13 @@ def median_step_time(times_s: Sequence[float], source: str) -> StepTime:
     return StepTime(value, low, high, source, len(times_s), coverage)
 
 
-def step_time_estimate(profiled_s: Sequence[float] | None, unprofiled_s: Sequence[float] | None) -> StepTime | None:
-    """Median of the unprofiled steps when they were timed, else of the profiled ones."""
-    unprofiled, profiled = _clean(unprofiled_s), _clean(profiled_s)
+def step_time_estimate(profiled_s: Sequence[float] | None, unprofiled_s: Sequence[float] | None,
+                       loop_s: Sequence[float] | None = None) -> StepTime | None:
+    """Median of the back-to-back windows (the user's loop) when they were timed, else of the
+    unprofiled (synchronized) steps, else of the profiled ones."""
+    loop, unprofiled, profiled = _clean(loop_s), _clean(unprofiled_s), _clean(profiled_s)
+    if loop:
+        return median_step_time(loop, "back-to-back")
     if unprofiled:
         return median_step_time(unprofiled, "unprofiled")
     if profiled:
@@ -165,7 +173,13 @@ def step_time_of(meta: Mapping[str, Any]) -> StepTime | None:
     recorded = StepTime.from_json(meta.get("step_s"))
     if recorded is not None:
         return recorded
-    return step_time_estimate(meta.get("step_wall_s"), meta.get("unprofiled_step_wall_s"))
+    return step_time_estimate(meta.get("step_wall_s"), meta.get("unprofiled_step_wall_s"), meta.get("loop_step_s"))
+
+
+def sync_step_time_of(meta: Mapping[str, Any]) -> StepTime | None:
+    """The synchronized step (a synchronize after every step: one call's latency), when timed."""
+    steps = _clean(meta.get("unprofiled_step_wall_s"))
+    return median_step_time(steps, "unprofiled") if steps else None
 
 
 def overhead_ratio(profiled_s: Sequence[float] | None, unprofiled_s: Sequence[float] | None) -> Ratio | None:

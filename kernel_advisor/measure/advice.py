@@ -1,22 +1,25 @@
 """`recommend --measure`: every recommendation's action measured in the real model, then ranked by it.
 
-Each distinct action among the top recommendations is measured once (session.py), with the
-modes of its rung on CUDA (modes.py), and its outcome attached to every recommendation naming
-it; a recommendation whose action another mode beat clearly carries that mode and says so. A recommendation with no action, or
+The actions among the top recommendations are searched by the experiment engine
+(experiment/): each alone, every compile mode, and their combinations. Each action's
+outcome alone is attached to every recommendation naming it; a recommendation whose action
+another mode of its rung beat clearly carries that mode and says so (modes.py). A recommendation with no action, or
 beyond `--top`, gets a status and the reason. Findings are re-ranked: measured gains
 first (largest first), then the rest in their predicted order.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping, Sequence
 
-from kernel_advisor.actions import NONE
+from kernel_advisor.actions import NONE, is_known
 from kernel_advisor.collect.loader import LoadedModel
-from kernel_advisor.measure.modes import credit_note, credited, refinements_to_measure
-from kernel_advisor.measure.outcome import Outcome
-from kernel_advisor.measure.session import Measured, MeasureOptions, measure_actions
-from kernel_advisor.measure.trials import Progress
+from kernel_advisor.experiment.engine import Measured, measure_actions
+from kernel_advisor.experiment.outcome import Outcome
+from kernel_advisor.experiment.search import SearchOptions
+from kernel_advisor.experiment.trial import Progress
+from kernel_advisor.measure.modes import credit_note, credited
 from kernel_advisor.recommend.engine import Finding, Recommendation
 from kernel_advisor.recommend.report import Report, action_gain_frac
 
@@ -46,18 +49,19 @@ def actions_to_measure(report: Report, top: int) -> tuple[list[str], set[str]]:
     return list(dict.fromkeys(ranked)), beyond - set(ranked)
 
 
-def measure_report(report: Report, loaded: LoadedModel, mode: str, options: MeasureOptions, top: int,
-                   also: Sequence[str] = (), progress: Progress | None = None) -> AdviceMeasurement:
+def measure_report(report: Report, loaded: LoadedModel, mode: str, options: SearchOptions, top: int,
+                   also: Sequence[str] = (), progress: Progress | None = None, busy_frac: float | None = None,
+                   run_dir: Path | None = None) -> AdviceMeasurement:
     names, beyond = actions_to_measure(report, top)
-    modes = refinements_to_measure(names, loaded.device.type)
-    measured = measure_actions(loaded, mode, [*names, *modes, *also], options, progress)
+    measured = measure_actions(loaded, mode, [*names, *also], options, busy_frac, run_dir, progress)
     recs = [r for f in report.findings for r in f.recommendations]
     actions = {rec_key(r): credited(r.action, measured.outcomes) for r in recs}
     by_rec = {rec_key(r): _credited_outcome(r, actions[rec_key(r)], measured.outcomes, beyond, top) for r in recs}
     ranking = rerank(report.findings, by_rec)
     plan_rules = tuple(dict.fromkeys(r.rule_id for r in recs if actions[rec_key(r)] in measured.plan.actions))
-    predicted = {a: action_gain_frac(report, a) for a in measured.outcomes}
-    return AdviceMeasurement(by_rec, {a: measured.outcomes[a] for a in also}, measured, ranking, plan_rules,
+    predicted = {a: action_gain_frac(report, a) for a in measured.outcomes if is_known(a)}
+    also_out = {a: measured.outcomes.get(a, Outcome("not-measurable", "not reached")) for a in also}
+    return AdviceMeasurement(by_rec, also_out, measured, ranking, plan_rules,
                              predicted, actions)
 
 
@@ -85,7 +89,7 @@ def _outcome_for(rec: Recommendation, outcomes: Mapping[str, Outcome], beyond: s
         return outcomes[rec.action]
     if rec.action in beyond:
         return Outcome("not-measurable", f"not measured: outside the top {top} recommendations (--top)")
-    return Outcome("error", f"action {rec.action} was not measured")  # NB: unreachable unless a caller filters
+    return Outcome("not-measurable", f"{rec.action} was not reached: the search was interrupted")
 
 
 def finding_gain(f: Finding, by_rec: Mapping[tuple[str, str], Outcome]) -> float | None:

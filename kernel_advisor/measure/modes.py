@@ -3,23 +3,13 @@
 An action's `refinements` (compile's CUDA-graph mode) are measured beside it on CUDA. A
 recommendation naming the action is credited with a refinement only when that measured clearly
 faster (95 % intervals apart); a tie stays with the action the rule named, the cheaper mode.
-The plan makes the same choice, so it never stacks a mode the recommendations passed over.
 """
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
 from kernel_advisor.actions import NONE, get_action
-from kernel_advisor.measure.outcome import Outcome
-
-
-def refinements_to_measure(names: Sequence[str], device_type: str) -> list[str]:
-    """The refinements of `names` not already among them (CUDA only: the one refinement today is
-    CUDA graphs)."""
-    if device_type != "cuda":
-        return []
-    extra = [r for n in names if n != NONE for r in get_action(n).refinements]
-    return [r for r in dict.fromkeys(extra) if r not in names]
+from kernel_advisor.experiment.outcome import Outcome
 
 
 def credited(name: str, outcomes: Mapping[str, Outcome]) -> str:
@@ -31,16 +21,6 @@ def credited(name: str, outcomes: Mapping[str, Outcome]) -> str:
         if _clearly_faster(outcomes.get(r), outcomes[best]):
             best = r
     return best
-
-
-def passed_over(outcomes: Mapping[str, Outcome]) -> set[str]:
-    """Measured modes that a sibling beat or tied with the cheaper mode: the plan leaves them out."""
-    out: set[str] = set()
-    for name in outcomes:
-        if name == NONE or not (refs := [r for r in get_action(name).refinements if r in outcomes]):
-            continue
-        out |= {name, *refs} - {credited(name, outcomes)}
-    return out
 
 
 def credit_note(name: str, chosen: str, outcomes: Mapping[str, Outcome]) -> str:

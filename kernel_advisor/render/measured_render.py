@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kernel_advisor.measure.advice import AdviceMeasurement, finding_gain
-from kernel_advisor.measure.outcome import Outcome
+from kernel_advisor.experiment.outcome import Outcome
 from kernel_advisor.recommend.engine import Finding
 from kernel_advisor.recommend.report import Report
 from kernel_advisor.render.recommend_render import json_safe
@@ -129,18 +129,45 @@ def action_line(action: str, o: Outcome, predicted: float | None, also: bool) ->
     label = f"{action} (--also)" if also else action
     if o.status != "passed":
         return f"{label}: predicted {_gain_pct(predicted)} %, {result_text(o)}."
+    if predicted is None and " + " in action:
+        return f"{label}: measured {_gain_pct(o.gain_frac)} % of the step ({speedup_text(o)}, {o.verdict})."
     return (f"{label}: predicted {_gain_pct(predicted)} %, measured {_gain_pct(o.gain_frac)} % of the step "
             f"({speedup_text(o)}, {o.verdict}).")
 
 
 def measurement_lines(m: AdviceMeasurement) -> list[str]:
     eager = m.measured.eager_step_s
-    lines = [plan_line(m), "Each action on the whole model (predicted: the union of the rows it fixes):"]
+    lines = [plan_line(m), search_line(m),
+             "Each configuration on the whole model (predicted: the union of the rows its action fixes):"]
     lines += ["  " + action_line(a, o, m.predicted.get(a), a in m.also) for a, o in _actions_ranked(m)]
     if eager is not None:
-        lines.append(f"Eager step {eager.value * 1e3:.3f} ms [{eager.low * 1e3:.3f}–{eager.high * 1e3:.3f}]; "
-                     f"timing: {m.measured.timing}; reference: {m.measured.reference}.")
+        lines.append(f"Eager step {_ms(eager)}{_sync_note(m)}; timing: {m.measured.timing}; "
+                     f"reference: {m.measured.reference}.")
     return lines
+
+
+def search_line(m: AdviceMeasurement) -> str:
+    """"Search: 9 configurations timed, 4 pruned after a short timing, 2 skipped (budget) in 58 s of
+    --budget-s 60; every trial in experiments.json, the compilers' log in measure.log (run directory)."""
+    r = m.measured.record
+    budget = f" of --budget-s {r.budget_s:g}" if r.budget_s is not None else ""
+    state = "" if r.complete else " (interrupted: partial)"
+    log = f", the compilers' log in {r.log}" if r.log else ""
+    return (f"Search{state}: {r.explored} configurations timed, {r.pruned} pruned after a short timing, "
+            f"{r.skipped} not timed in {r.elapsed_s:.0f} s{budget}; every trial in experiments.json{log} "
+            "(run directory).")
+
+
+def _ms(e) -> str:
+    return f"{e.value * 1e3:.3f} ms [{e.low * 1e3:.3f}–{e.high * 1e3:.3f}]"
+
+
+def _sync_note(m: AdviceMeasurement) -> str:
+    """The synchronized step beside the back-to-back one, where the two differ by more than 5 %."""
+    loop, sync = m.measured.eager_step_s, m.measured.eager_sync_step_s
+    if sync is None or loop is None or loop.value <= 0 or abs(sync.value / loop.value - 1) <= 0.05:
+        return ""
+    return f" (synchronized after every step: {_ms(sync)})"
 
 
 def render_measured(report: Report, m: AdviceMeasurement, console: Console) -> None:

@@ -10,7 +10,8 @@ from rich.text import Text
 from kernel_advisor.analyze.ceilings import NOISY_SPREAD_FRAC
 from kernel_advisor.collect.attribute import op_label
 from kernel_advisor.collect.rundir import SCHEMA_VERSION
-from kernel_advisor.collect.step_time import overhead_of, steady_state_of, steady_state_warning, step_time_of
+from kernel_advisor.collect.step_time import (overhead_of, steady_state_of, steady_state_warning, step_time_of,
+                                             sync_step_time_of)
 from kernel_advisor.records.base import json_text
 from kernel_advisor.render.step_render import kernel_timing_warning, overhead_figure_text, step_text
 from kernel_advisor.render.units import fmt_frac_pct, fmt_pct, fmt_si, fmt_time_s, shorten
@@ -79,7 +80,8 @@ def _dtype(dtypes) -> str:
 
 
 def summary_line(meta: dict, run_dir) -> str:
-    parts = [step_text(step_time_of(meta)), f"device busy {fmt_frac_pct(meta.get('device_busy_frac'))}"]
+    parts = [step_text(step_time_of(meta), sync_step_time_of(meta)),
+             f"device busy {fmt_frac_pct(meta.get('device_busy_frac'))}"]
     cov = meta.get("coverage") or {}
     if "modelled_time_pct" in cov:
         comm = cov.get("communication_time_pct") or 0.0

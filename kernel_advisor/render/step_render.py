@@ -24,11 +24,20 @@ def step_value_text(step: StepTime | None) -> str:
     return f"{fmt_time_s(step.value_s)} {interval}" if interval else fmt_time_s(step.value_s)
 
 
-def step_text(step: StepTime | None) -> str:
-    """"step 367.00 ms [… CI], median of 10 unprofiled steps": the figure and what it is."""
+# Below this relative difference the synchronized step says nothing the step figure does not.
+SYNC_DIFFERS_ABOVE = 0.05
+
+
+def step_text(step: StepTime | None, sync: StepTime | None = None) -> str:
+    """"step 367.00 ms [… CI], median of 5 windows of back-to-back steps": the figure and what it
+    is; with `sync`, the synchronized step beside it where the two differ by more than 5 %."""
     if step is None:
         return "step –"
-    return f"step {step_value_text(step)}, {step.basis()}"
+    text = f"step {step_value_text(step)}, {step.basis()}"
+    if sync is not None and step.source == "back-to-back" and step.value_s > 0 \
+            and abs(sync.value_s / step.value_s - 1) > SYNC_DIFFERS_ABOVE:
+        text += f" (synchronized after every step: {fmt_time_s(sync.value_s)})"
+    return text
 
 
 def overhead_text(ratio: Ratio | None) -> str:

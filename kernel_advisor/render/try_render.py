@@ -8,7 +8,7 @@ from rich.text import Text
 
 from kernel_advisor.render.units import fmt_ratio, fmt_si, fmt_time_s
 from kernel_advisor.trykernel.results import TryReport, VariantResult
-from kernel_advisor.trykernel.timing import Estimate
+from kernel_advisor.collect.loop_timing import Estimate
 from reference_kernels.registry import EAGER_ROUTE
 
 STATUS_STYLE = {"passed": "green", "FAILED": "bold red", "not applied": "yellow", "baseline": "cyan"}

@@ -13,12 +13,10 @@ from kernel_advisor.trykernel.candidates import Candidate, from_impl
 from kernel_advisor.trykernel.measure import INTERPRETED
 from kernel_advisor.trykernel.patterns import find_patterns
 from kernel_advisor.trykernel.results import TryReport, report_json
-from kernel_advisor.trykernel.selection import (RunContext, build_sets, census_op_names, find_run,
+from kernel_advisor.trykernel.selection import (RunContext, build_sets, census_op_names, find_run, kernel_routing,
                                                 load_candidates, model_is_module, select_specs)
 from kernel_advisor.trykernel.sets import TryOptions
-from kernel_advisor.trykernel.substitute_aten import dispatch_cost_s
 from kernel_advisor.trykernel.variants import try_candidates
-from reference_kernels.routes import host_bound
 
 RESULT_FILE = "try_kernel.json"
 
@@ -61,12 +59,10 @@ def _candidates(loaded: LoadedModel, kernel_ids: Sequence[str], impl: str | None
     specs, notes = select_specs(kernel_ids, names, matches, loaded.device.type)
     if not specs and not cands:
         notes.append("no reference kernel applies to this model's ops or modules (see `advisor kernels`)")
-    bound = host_bound(ctx.device_busy_frac)
-    dispatch_s = 0.0
+    bound, dispatch_s = kernel_routing(loaded.device, ctx.device_busy_frac) if specs else (True, 0.0)
     if specs and loaded.device.type == "cuda":
         notes.append(route_note(ctx.device_busy_frac, bound))
         if bound:
-            dispatch_s = dispatch_cost_s(loaded.device)
             notes.append(dispatch_note(dispatch_s))
     return cands + load_candidates(specs, matches, bound, dispatch_s), notes
 
@@ -95,7 +91,7 @@ def _timing_notes(report: TryReport, loaded: LoadedModel, options: TryOptions) -
         notes.append("torch.compile variant left out: nothing is timed, so compiling would buy nothing")
     if loaded.device.type != "cpu" or untimed:
         return notes
-    notes.append("CPU timing: time.perf_counter around whole steps, interleaved, no cache flush; "
+    notes.append("CPU timing: back-to-back steps as in a training loop, variants interleaved; "
                  "it says nothing about GPU performance")
     if any(v.timing_label.endswith(INTERPRETED) for v in report.variants):
         notes.append("on CPU, Triton kernels run in the interpreter: they are checked for correctness, "

@@ -17,8 +17,9 @@ from kernel_advisor.trykernel.prediction import RunEvidence, predict
 from kernel_advisor.trykernel.results import (SUSPECT_SPEEDUP, GateSummary, OpTiming, TryReport,
                                               VariantResult)
 from kernel_advisor.trykernel.sets import CandidateSet, GateState, TryOptions, activation, compile_name
-from kernel_advisor.trykernel.timing import (Estimate, TimedVariant, interleaved_times_s, median_ci,
-                                             peak_memory_bytes, profiled_op_times, speedup_ci, verdict)
+from kernel_advisor.collect.loop_timing import (Estimate, TimedStep, interleaved_windows_s, median_ci, regime_label,
+                                               speedup_ci, autorange_steps, verdict)
+from kernel_advisor.trykernel.timing import peak_memory_bytes, profiled_op_times
 
 EAGER = "eager"
 INTERPRETED = "Triton interpreter on CPU: correctness only"
@@ -46,17 +47,17 @@ def measure(loaded: LoadedModel, sets: Sequence[CandidateSet], outcome: GateOutc
     label, timed_sets, why = timing_plan(sets, outcome.gates, dev.type, options)
     timed_kernels, why_kernels = _with_kernels_plan(outcome, dev.type, label)
     eager_step = make_step(loaded, options.mode)
-    timed = [TimedVariant(EAGER, contextlib.nullcontext, eager_step)]
+    timed = [TimedStep(EAGER, contextlib.nullcontext, eager_step)]
     compile_ok = outcome.compile_gate is not None and outcome.compile_gate.status == "passed"
     if compile_ok:
         step = make_step(dataclasses.replace(loaded, model=outcome.compiled), options.mode)
-        timed.append(TimedVariant(compile_name(options), contextlib.nullcontext, step))
-    timed += [TimedVariant(v.name, v.activate, make_step(dataclasses.replace(loaded, model=v.model),
+        timed.append(TimedStep(compile_name(options), contextlib.nullcontext, step))
+    timed += [TimedStep(v.name, v.activate, make_step(dataclasses.replace(loaded, model=v.model),
                                                          options.mode)) for v in timed_kernels]
-    timed += [TimedVariant(s.name, activation(s, dev.type), eager_step) for s in timed_sets]
+    timed += [TimedStep(s.name, activation(s, dev.type), eager_step) for s in timed_sets]
     times, peaks, ops, eager_device_s = {}, {}, {}, 0.0
     if label:
-        times = interleaved_times_s(timed, options.reps, options.warmup, dev)
+        times, label = user_loop_times(timed, options, dev)
         report("timing", 1, 3)
         peaks = {t.name: peak_memory_bytes(t.step, t.activate, dev) for t in timed}
         report("peak memory", 2, 3)
@@ -82,6 +83,17 @@ def measure(loaded: LoadedModel, sets: Sequence[CandidateSet], outcome: GateOutc
     return TryReport(model=str(loaded.path), device=_device_name(dev), mode=options.mode, dtype=_dtype_name(loaded),
                      timing=label or "none (check only)", float64_reference=outcome.ref_reason,
                      variants=tuple(results), notes=outcome.notes + tuple(with_kernel_notes(results)))
+
+
+def user_loop_times(timed: Sequence[TimedStep], options: TryOptions, dev) -> tuple[dict[str, list[float]], str]:
+    """Every variant in the user's loop regime (collect/loop_timing.py), as `recommend --measure`
+    times them; the window is sized on eager's synchronized step."""
+    eager = timed[0]
+    with eager.activate():
+        eager.step()
+        steps = autorange_steps(eager.step, dev)
+    times = interleaved_windows_s(timed, options.reps, steps, options.warmup, dev)
+    return times, regime_label(dev, steps)
 
 
 def nothing_timed(options: TryOptions) -> str:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from kernel_advisor.records.try_kernel import SUMMARY_KEYS, TryKernelRecord
-from kernel_advisor.trykernel.timing import Estimate
+from kernel_advisor.collect.loop_timing import Estimate
 
 SUSPECT_SPEEDUP = 10.0  # above this a speedup is more likely a measurement or correctness problem
 

@@ -8,6 +8,7 @@ skipped with their reason.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -24,6 +25,8 @@ from kernel_advisor.trykernel.candidates import Candidate, applies, combine, fro
 from kernel_advisor.trykernel.patterns import PatternMatch
 from kernel_advisor.trykernel.prediction import RunEvidence, evidence_from_run
 from kernel_advisor.trykernel.sets import CandidateSet
+from kernel_advisor.trykernel.substitute_aten import dispatch_cost_s
+from reference_kernels.routes import host_bound
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,19 @@ def build_sets(cands: Sequence[Candidate], together: bool) -> tuple[list[Candida
     if len(kept) >= 2:
         sets.append(CandidateSet("all together", tuple(kept), combined=True))
     return sets, notes
+
+
+def kernel_routing(device: torch.device, busy_frac: float | None) -> tuple[bool, float]:
+    """(host-bound?, dispatch seconds a substituted call pays): which measured routes the kernels
+    follow for a step whose device is busy `busy_frac` of it (None: unknown, host-bound assumed),
+    and, in a host-bound step on a GPU, the substitution's own host cost, measured once here."""
+    bound = host_bound(busy_frac)
+    return bound, (_dispatch_s(str(device)) if bound and device.type == "cuda" else 0.0)
+
+
+@functools.lru_cache(maxsize=None)
+def _dispatch_s(device: str) -> float:
+    return dispatch_cost_s(torch.device(device))
 
 
 def load_candidates(specs: Sequence, matches: Sequence[PatternMatch],

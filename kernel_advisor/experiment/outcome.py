@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kernel_advisor.trykernel.timing import Estimate
+from kernel_advisor.collect.loop_timing import Estimate
 
 STATUSES = ("passed", "failed-gate", "not-applied", "not-measurable", "error")
 

@@ -1,0 +1,115 @@
+"""The experiment engine's entry: search the configurations of one model, record as it goes.
+
+`measure_actions` takes the loaded model (the run's device, dtype, mode), the actions the
+advice names (best predicted first), and the run directory. It searches (search.py) within
+the budget, writes experiments.json after every decision, sends the compilers' logs to
+measure.log, and returns what every single action measured alone and the plan: the fastest
+configuration that measured faster than eager.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.collect.loop_timing import Estimate
+from kernel_advisor.collect.rundir import write_json_atomic
+from kernel_advisor.errors import UserInputError
+from kernel_advisor.experiment.outcome import Outcome
+from kernel_advisor.experiment.quiet import LOG_FILE
+from kernel_advisor.experiment.search import SearchOptions, SearchState, search
+from kernel_advisor.experiment.trial import Progress, Trial
+from kernel_advisor.records.experiments import FILE, ExperimentsRecord
+from kernel_advisor.trykernel.reference import prepare_reference
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    actions: tuple[str, ...]
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class Measured:
+    outcomes: dict[str, Outcome]  # every configuration by name: singles are named as their action
+    plan: PlanResult  # no actions (status not-applied) when nothing measured faster
+    eager_step_s: Estimate | None  # back-to-back
+    eager_sync_step_s: Estimate | None  # synchronized steps
+    reference: str  # how the gate's reference was computed
+    timing: str  # the regime, for people
+    record: ExperimentsRecord
+
+    def to_json(self) -> dict:
+        return {"eager_step_s": _interval(self.eager_step_s), "eager_sync_step_s": _interval(self.eager_sync_step_s),
+                "reference": self.reference, "timing": self.timing, "explored": self.record.explored,
+                "pruned": self.record.pruned, "skipped": self.record.skipped, "elapsed_s": self.record.elapsed_s,
+                "log": self.record.log}
+
+
+def measure_actions(loaded: LoadedModel, mode: str, names: Sequence[str], options: SearchOptions = SearchOptions(),
+                    busy_frac: float | None = None, run_dir: Path | None = None,
+                    progress: Progress | None = None) -> Measured:
+    report = progress or (lambda label, done, total: None)
+    start = time.monotonic()
+    reference = prepare_reference(loaded, mode)
+    journal = _Journal(run_dir, options.budget_s, start)
+    state = search(loaded, mode, names, options, reference, busy_frac, journal.write, report)
+    record = journal.record(state)
+    plan = _plan(state)
+    return Measured({t.name: t.outcome for t in state.trials if t.outcome is not None}, plan, state.eager_s,
+                    state.eager_sync_s, reference.reason, state.regime or "nothing was timed", record)
+
+
+class _Journal:
+    """experiments.json rewritten after every decision (nothing when there is no run directory)."""
+
+    def __init__(self, run_dir: Path | None, budget_s: float | None, start: float) -> None:
+        self.path = None if run_dir is None else Path(run_dir) / FILE
+        self.log = LOG_FILE if run_dir is not None and (Path(run_dir) / LOG_FILE).exists() else None
+        self.budget_s, self.start = budget_s, start
+
+    def record(self, state: SearchState, interrupted: bool = False) -> ExperimentsRecord:
+        best = state.plan or _provisional(state.trials)
+        return ExperimentsRecord(
+            complete=state.finished, interrupted=interrupted, budget_s=self.budget_s,
+            elapsed_s=time.monotonic() - self.start, regime=state.regime, eager_step_s=_interval(state.eager_s),
+            eager_sync_step_s=_interval(state.eager_sync_s), log=self.log,
+            trials=tuple(_trial_json(t) for t in state.trials),
+            plan=None if best is None else {"config": best.config.to_json(), **best.outcome.to_json()})
+
+    def write(self, state: SearchState) -> None:
+        if self.path is not None:
+            with contextlib.suppress(OSError, UserInputError):  # a full disk must not stop the measuring
+                write_json_atomic(self.path, self.record(state, interrupted=not state.finished and _interrupted()).to_json())
+
+
+def _interrupted() -> bool:
+    import sys
+
+    return isinstance(sys.exc_info()[1], KeyboardInterrupt)
+
+
+def _plan(state: SearchState) -> PlanResult:
+    best = state.plan or _provisional(state.trials)
+    if best is None:
+        return PlanResult((), Outcome("not-applied", "no configuration measured faster than eager"))
+    return PlanResult(best.config.parts, best.outcome)
+
+
+def _provisional(trials: Sequence[Trial]) -> Trial | None:
+    """The best trial measured faster so far: the plan of a search that has not ended."""
+    faster = [t for t in trials if t.outcome is not None and t.outcome.verdict == "faster"]
+    return max(faster, key=lambda t: t.outcome.speedup.value, default=None)
+
+
+def _trial_json(t: Trial) -> dict:
+    o = t.outcome or Outcome("not-measurable", "not decided")
+    return {"config": t.config.to_json(), "phase": t.phase, **o.to_json(), "windows": t.windows,
+            "prepare_s": t.prepare_s, "pruned": t.pruned}
+
+
+def _interval(e: Estimate | None) -> dict | None:
+    return None if e is None else e.to_json()

@@ -1,0 +1,147 @@
+"""One configuration on trial: prepared, gated against eager on fresh draws, then timed.
+
+A Trial ends with an Outcome. It ends early, untimed, when the configuration does not apply,
+cannot run here, raises, fails the gate, routes no call, or does not fit the budget. A
+compile (on the first gated call) runs under an alarm set to what is left of the budget:
+one that would overrun it is stopped and reported as such.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from kernel_advisor.actions import NotApplicable, NotMeasurable, Variant
+from kernel_advisor.collect.interrupts import OutOfTime, alarm_after
+from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.collect.loop_timing import Estimate
+from kernel_advisor.experiment.budget import Budget
+from kernel_advisor.experiment.gate import GateRecord, first_line, gate_variant, synchronize
+from kernel_advisor.experiment.outcome import Outcome
+from kernel_advisor.experiment.variant import Config, prepare_config
+from kernel_advisor.trykernel.capture import capture_step
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(eq=False)
+class Trial:
+    config: Config
+    phase: str  # which part of the search proposed it ("single", "combination", ...)
+    variant: Variant | None = None
+    outcome: Outcome | None = None  # set as soon as the trial is decided
+    gate: GateRecord = field(default_factory=GateRecord)
+    prepare_s: float = 0.0  # preparing plus the first (compiling) call
+    times_s: list[float] = field(default_factory=list)  # per timed window, in the last timing it took part in
+    eager_s: list[float] = field(default_factory=list)  # eager's windows of the same rounds
+    windows: int = 0  # windows timed in all
+    pruned: str = ""  # why the search stopped timing it ("" when it went on)
+    sync_step_s: Estimate | None = None  # one synchronized step: the latency regime
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def pending(self) -> bool:
+        return self.outcome is None
+
+    def close(self) -> None:
+        if self.variant is not None:
+            self.variant.close()
+            self.variant = None
+
+
+def prepare_trial(loaded: LoadedModel, mode: str, config: Config, phase: str,
+                  busy_frac: float | None) -> Trial:
+    t0 = time.perf_counter()
+    trial = Trial(config, phase)
+    try:
+        trial.variant = prepare_config(loaded, mode, config, busy_frac)
+    except NotApplicable as e:
+        trial.outcome = Outcome("not-applied", str(e))
+    except NotMeasurable as e:
+        trial.outcome = Outcome("not-measurable", str(e))
+    except OutOfTime:
+        raise
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # noqa: BLE001 - a configuration that cannot transform this model is a result
+        trial.outcome = Outcome("error", f"could not apply: {first_line(e)}")
+    trial.prepare_s = time.perf_counter() - t0
+    return trial
+
+
+class Draws:
+    """The gate's fresh input draws, with eager's and the reference's results on each: made once,
+    on first use, and shared by every trial gated after."""
+
+    def __init__(self, loaded: LoadedModel, mode: str, reference, count: int, seed: int) -> None:
+        self.loaded, self.mode, self.reference, self.count, self.seed = loaded, mode, reference, count, seed
+        self._made: list[tuple] = []
+        self.eager_s: list[float] = []  # eager's synchronized step on each draw
+
+    def __getitem__(self, d: int) -> tuple:
+        while len(self._made) <= d:
+            loaded, mode = self.loaded, self.mode
+            inputs = loaded.make_inputs(self.seed + 1 + len(self._made))
+            t0 = time.perf_counter()
+            base = capture_step(loaded, loaded.model, loaded.model, inputs, mode)
+            synchronize(loaded.device)
+            self.eager_s.append(time.perf_counter() - t0)
+            self._made.append((inputs, base, self.reference.capture(loaded, inputs, mode)))
+        return self._made[d]
+
+
+def gate_trials(loaded: LoadedModel, mode: str, trials: Sequence[Trial], draws: Draws, budget: Budget,
+                progress: Progress) -> None:
+    """Gate every pending trial on every draw.
+
+    The first draw is where a compiled variant compiles: its time is learnt by the budget, and
+    an alarm stops it when it would run past the budget.
+    """
+    for d in range(draws.count):
+        inputs, base, ref = draws[d]
+        for i, t in enumerate(trials):
+            if t.pending:
+                _gate_one(loaded, mode, t, inputs, base, ref, budget, first=d == 0)
+            progress(f"correctness gate, draw {d + 1}/{draws.count}", i + 1, len(trials))
+    for t in trials:
+        if t.pending:
+            t.outcome = _gate_verdict(t)
+
+
+def _gate_one(loaded, mode, t: Trial, inputs, base, ref, budget: Budget, first: bool) -> None:
+    t0 = time.perf_counter()
+    if budget.exploring_left_s() <= 0:
+        t.outcome = Outcome("not-measurable", budget.out_of_time_reason(0.0))
+        return
+    try:
+        with alarm_after(budget.exploring_left_s()):
+            gate_variant(loaded, t.variant, inputs, base, ref, mode, t.gate)
+            synchronize(loaded.device)
+    except OutOfTime:
+        t.outcome = Outcome("not-measurable", f"stopped after {time.perf_counter() - t0:.0f} s: preparing it "
+                                              f"(compiling) would have run past the --budget-s of {budget.budget_s:g} s")
+        budget.learn_compile(t.config.compile, time.perf_counter() - t0)
+        # Dropped, not closed: closing resets Dynamo, which would make every other compiled variant recompile.
+        t.variant = None
+        return
+    if first:
+        t.prepare_s += time.perf_counter() - t0
+        budget.learn_compile(t.config.compile, t.prepare_s)
+
+
+def _gate_verdict(t: Trial) -> Outcome | None:
+    """None when the trial passed the gate and goes on to timing."""
+    v = t.variant
+    if t.gate.error:
+        return Outcome("error", f"the model failed with {v.applied}: {t.gate.error}", v.applied)
+    if v.counters is not None:
+        routed, fell_back = v.counters()
+        if routed == 0:
+            why = f"every call fell back ({fell_back})" if fell_back else "the model never reached it"
+            return Outcome("not-applied", why, v.applied)
+    if t.gate.problem:
+        return Outcome("failed-gate", t.gate.problem, v.applied, gate=t.gate.worst())
+    return None

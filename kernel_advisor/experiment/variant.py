@@ -1,0 +1,141 @@
+"""A configuration: actions composed on the model, a compile mode on top; and how it is prepared.
+
+Library actions (module swaps, layout, precision, flags) are prepared in ladder order, each
+on the model as the earlier ones left it and with their contexts entered. Bundled kernels
+come next: in eager through the aten override (actions/kernel.py); under torch.compile as the
+torch.library operators they are, installed the way Dynamo traces (trykernel/compiled.py), so
+the compiled graph calls them. The compile action wraps whatever the others made.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass
+from typing import Sequence
+
+from kernel_advisor.actions import NotApplicable, Variant, get_action, stacked
+from kernel_advisor.actions import kernel as kernel_action
+from kernel_advisor.actions.base import STAGES, Action
+from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.trykernel import compiled as kernel_compiled
+
+EAGER = "eager"
+
+
+@dataclass(frozen=True, order=True)
+class Config:
+    """What one variant applies: `actions` below compile (ladder order), `compile` on top ("" for none)."""
+
+    actions: tuple[str, ...] = ()
+    compile: str = ""
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        return self.actions + ((self.compile,) if self.compile else ())
+
+    @property
+    def name(self) -> str:
+        return " + ".join(self.parts) or EAGER
+
+    @property
+    def kernels(self) -> tuple[str, ...]:
+        return tuple(a for a in self.actions if a.startswith(kernel_action.PREFIX))
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "actions": list(self.actions), "compile": self.compile or None}
+
+
+def make_config(parts: Sequence[str]) -> Config:
+    """The configuration of `parts` in any order: compile-stage actions on top, the rest in ladder order.
+
+    Raises ValueError when two parts conflict (two compile modes, two number formats).
+    """
+    names = list(dict.fromkeys(parts))
+    actions = [get_action(n) for n in names]
+    for i, a in enumerate(actions):
+        for b in actions[i + 1:]:
+            if conflicts(a, b):
+                raise ValueError(f"{a.name} and {b.name} cannot be combined")
+    top = [a.name for a in actions if a.stage == "compile"]
+    below = sorted((a for a in actions if a.stage != "compile"), key=lambda a: STAGES.index(a.stage))
+    return Config(tuple(a.name for a in below), top[0] if top else "")
+
+
+def conflicts(a: Action, b: Action) -> bool:
+    """Two actions that one configuration cannot hold: a shared exclusive group (two compile
+    modes, two precisions), or one excluding the other's group. Bundled kernels go inside
+    compile as operators, so their exclusion of compile does not apply here."""
+    if a.exclusive and a.exclusive == b.exclusive:
+        return True
+    kernel = a.name.startswith(kernel_action.PREFIX) or b.name.startswith(kernel_action.PREFIX)
+    if kernel:
+        return False
+    return (bool(b.exclusive) and b.exclusive in a.excludes) or (bool(a.exclusive) and a.exclusive in b.excludes)
+
+
+def prepare_config(loaded: LoadedModel, mode: str, config: Config, busy_frac: float | None = None) -> Variant:
+    """The prepared variant of `config`; NotApplicable / NotMeasurable / anything the model raises
+    propagate, naming the part that failed when there are several."""
+    variants: list[Variant] = []
+    current = loaded
+    try:
+        for name in config.actions:
+            if name.startswith(kernel_action.PREFIX):
+                continue
+            variants.append(_prepare_on(current, mode, variants, get_action(name)))
+            current = dataclasses.replace(current, model=variants[-1].model)
+        if config.kernels:
+            variants.append(_kernels(current, mode, config, busy_frac))
+        if config.compile:
+            variants.append(_prepare_on(current, mode, variants, get_action(config.compile)))
+    except BaseException:
+        for v in variants:
+            v.close()
+        raise
+    if not variants:
+        raise NotApplicable("nothing to apply")
+    v = variants[0] if len(variants) == 1 else stacked(variants)
+    if len(variants) > 1:
+        v.closers.extend(x.close for x in variants)
+        owner = next((x.params_of for x in reversed(variants) if x.params_of is not None), None)
+        v = dataclasses.replace(v, params_of=owner, counters=_counters(variants))
+    return dataclasses.replace(v, action=config.name)
+
+
+def _prepare_on(loaded: LoadedModel, mode: str, earlier: Sequence[Variant], action: Action) -> Variant:
+    with contextlib.ExitStack() as stack:
+        for v in earlier:
+            stack.enter_context(v.context())
+        return action.prepare(loaded, mode)
+
+
+def _kernels(loaded: LoadedModel, mode: str, config: Config, busy_frac: float | None) -> Variant:
+    if not config.compile:
+        if len(config.kernels) == 1:
+            return kernel_action.prepare(config.kernels[0], loaded, mode, busy_frac)
+        return stacked([kernel_action.prepare(k, loaded, mode, busy_frac) for k in config.kernels])
+    cands = [kernel_action.candidate(k, loaded, busy_frac) for k in config.kernels]
+    problems = [p for p in (kernel_compiled.compile_problem(c) for c in cands) if p]
+    if problems:
+        raise NotApplicable(problems[0])
+    activate = kernel_compiled.installer(cands)
+    tolerances = [c.tolerance for c in cands]
+
+    def tolerance(dtype):
+        tols = [t(dtype) for t in tolerances]
+        return max(t[0] for t in tols), max(t[1] for t in tols)
+
+    return Variant(" + ".join(config.kernels), loaded.model, ", ".join(c.id for c in cands) + " (traced)",
+                   context=activate, tolerance=tolerance, stage="kernel")
+
+
+def _counters(variants: Sequence[Variant]):
+    counted = [v.counters for v in variants if v.counters is not None]
+    if not counted:
+        return None
+
+    def counters() -> tuple[int, int]:
+        pairs = [c() for c in counted]
+        return min(p[0] for p in pairs), sum(p[1] for p in pairs)
+
+    return counters
