@@ -16,7 +16,7 @@ from kernel_advisor import actions
 from kernel_advisor.actions import NotApplicable, get_action
 from kernel_advisor.actions import float8
 from kernel_advisor.actions.base import patched_forwards
-from kernel_advisor.measure.plan import conflicts
+from kernel_advisor.experiment.variant import conflicts
 from kernel_advisor.recommend.report import recommend
 from kernel_advisor.recommend.ruleset import builtin_rules_dir, load_rule_file, load_rules
 
@@ -278,13 +278,15 @@ def test_float8_gate_on_cpu_through_torchao_emulation(monkeypatch):
     """With torchao installed, the train path runs on the CPU (torch._scaled_mm has a CPU kernel)
     and the gate reports its error: the JSON record holds rel_err beside the speedup."""
     pytest.importorskip("torchao.float8")
-    from kernel_advisor.measure.session import MeasureOptions, measure_actions
+    from kernel_advisor.experiment.engine import measure_actions
+    from kernel_advisor.experiment.search import SearchOptions
     monkeypatch.setattr(float8, "_require_fp8_device", lambda device: None)
     torch.manual_seed(0)
     model = _mlp((64, 128, 64)).to(torch.bfloat16)
     loaded = loaded_of(model, seeded(32, 64, dtype=torch.bfloat16))
     try:
-        m = measure_actions(loaded, "train", ["float8"], MeasureOptions(reps=2, warmup=1))
+        m = measure_actions(loaded, "train", ["float8"], SearchOptions(short_windows=2, long_windows=0, warmup=1,
+                                                                      compile_modes=(), combinations=False))
     except RuntimeError as e:  # a torch build without CPU fp8 matmuls
         pytest.skip(f"no CPU float8 matmul here: {e}")
     doc = m.outcomes["float8"].to_json()

@@ -9,10 +9,13 @@ import torch
 import torch.nn as nn
 
 from kernel_advisor.actions.float8 import FLOAT8_TOLERANCE, MIN_CAPABILITY
-from kernel_advisor.measure.session import MeasureOptions, measure_actions
+from kernel_advisor.experiment.engine import measure_actions
+from kernel_advisor.experiment.search import SearchOptions
 from test_actions import loaded_of
 
 pytestmark = pytest.mark.gpu
+# Each named action alone, timed over 10 windows: no other compile mode, no combination.
+SINGLES = SearchOptions(short_windows=10, long_windows=0, warmup=2, compile_modes=(), combinations=False)
 D, TOKENS = 4096, 4096
 
 
@@ -40,7 +43,7 @@ def test_float8_passes_the_gate_on_a_bf16_mlp(mode):
     loaded = loaded_of(_mlp(), lambda seed: [torch.zeros(1)])
     loaded = dataclasses.replace(loaded, model=loaded.model.to("cuda", torch.bfloat16), device=torch.device("cuda"),
                                  dtype=torch.bfloat16, inputs=_inputs(0), make_inputs=_inputs)
-    m = measure_actions(loaded, mode, ["float8", "float8:compile"], MeasureOptions(reps=10, warmup=3))
+    m = measure_actions(loaded, mode, ["float8", "float8:compile"], SINGLES)
     for name in ("float8", "float8:compile"):
         outcome = m.outcomes[name]
         assert outcome.status == "passed", (name, outcome)

@@ -12,10 +12,13 @@ import torch.nn as nn
 from typer.testing import CliRunner
 
 from kernel_advisor.cli import app
-from kernel_advisor.measure.session import MeasureOptions, measure_actions
+from kernel_advisor.experiment.engine import measure_actions
+from kernel_advisor.experiment.search import SearchOptions
 from test_actions import loaded_of
 
 pytestmark = pytest.mark.gpu
+# Each named action alone, timed over 10 windows: no other compile mode, no combination.
+SINGLES = SearchOptions(short_windows=10, long_windows=0, warmup=2, compile_modes=(), combinations=False)
 runner = CliRunner()
 MODEL = os.path.join(os.path.dirname(__file__), "data", "llama_naive.py")
 
@@ -39,7 +42,7 @@ def test_gpu_actions_gate_and_time_on_a_conv_net():
                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)).eval()
     loaded = _cuda(loaded_of(net, _convnet_inputs))
     names = ["cudnn_benchmark", "tf32", "channels_last", "bf16_autocast", "compile:reduce-overhead"]
-    m = measure_actions(loaded, "inference", names, MeasureOptions(reps=10, warmup=2))
+    m = measure_actions(loaded, "inference", names, SINGLES)
     for name in names:
         o = m.outcomes[name]
         assert o.status == "passed", (name, o)
@@ -84,7 +87,7 @@ def _attention_inputs(seed: int) -> list:
 def test_sdpa_backends_and_gemm_autotuning_gate_and_time(capfd):
     loaded = _cuda(loaded_of(_Attention().eval(), _attention_inputs), torch.bfloat16)
     names = ["sdpa_cudnn", "sdpa_flash", "compile:max-autotune-no-cudagraphs"]
-    m = measure_actions(loaded, "inference", names, MeasureOptions(reps=10, warmup=2))
+    m = measure_actions(loaded, "inference", names, SINGLES)
     for name in names:
         o = m.outcomes[name]
         assert o.status == "passed", (name, o)

@@ -42,6 +42,7 @@ class LoadedModel:
     dtype: torch.dtype | None
     make_inputs: Callable[[int], list]  # seed -> a fresh draw of inputs, on device and cast
     autocast: torch.dtype | None = None  # steps run under torch.autocast(device, autocast)
+    make_optimizer: Callable[[Any], Any] | None = None  # the file's make_optimizer(model), for train steps
 
 
 def resolve_device(device: str) -> torch.device:
@@ -79,9 +80,13 @@ def load_model(path: str | Path, entry: str | None = None, device: str = "auto",
     loss_fn = getattr(module, "loss_fn", None)
     if loss_fn is not None and not callable(loss_fn):
         raise UserInputError(f"{path.name}: loss_fn is not callable", "define `def loss_fn(output): ...`")
+    make_optimizer = getattr(module, "make_optimizer", None)
+    if make_optimizer is not None and not callable(make_optimizer):
+        raise UserInputError(f"{path.name}: make_optimizer is not callable",
+                             "define `def make_optimizer(model): return torch.optim.AdamW(model.parameters())`")
     return LoadedModel(path=path, sha256=file_sha256(path), entry=entry, module=module, model=model,
                        inputs=inputs, loss_fn=loss_fn, device=dev, dtype=cast, make_inputs=make_inputs,
-                       autocast=AUTOCAST_DTYPES[autocast] if autocast else None)
+                       autocast=AUTOCAST_DTYPES[autocast] if autocast else None, make_optimizer=make_optimizer)
 
 
 def _check_autocast(autocast: str | None, dtype: str) -> None:

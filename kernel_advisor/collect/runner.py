@@ -19,8 +19,13 @@ from kernel_advisor.errors import UserInputError
 MODES = ("inference", "train")
 
 
-def make_step(loaded: LoadedModel, mode: str) -> Callable[[], Any]:
-    """A zero-argument callable running one step and returning the model's output."""
+def make_step(loaded: LoadedModel, mode: str, optimizer: bool = True) -> Callable[[], Any]:
+    """A zero-argument callable running one step and returning the model's output.
+
+    A train step ends with the file's optimizer (`make_optimizer(model)`, built on the first
+    step) when it defines one and `optimizer` is on; the correctness gate turns it off, so the
+    gradients it compares are those of the weights every variant shares.
+    """
     if mode not in MODES:
         raise UserInputError(f"unknown mode '{mode}'", "use --mode inference or --mode train")
     model, inputs = loaded.model, loaded.inputs
@@ -30,6 +35,15 @@ def make_step(loaded: LoadedModel, mode: str) -> Callable[[], Any]:
     def inference_step():
         with torch.no_grad(), _autocast(loaded):
             return _call_forward(loaded, model, inputs)
+
+    optimizers: list = []
+
+    def optimizer_step() -> None:
+        if not optimizer or loaded.make_optimizer is None:
+            return
+        if not optimizers:
+            optimizers.append(_user_call(loaded, "calling make_optimizer(model)", loaded.make_optimizer, model))
+        _user_call(loaded, "running the optimizer step", optimizers[0].step)
 
     def train_step():
         if isinstance(model, torch.nn.Module):
@@ -45,9 +59,21 @@ def make_step(loaded: LoadedModel, mode: str) -> Callable[[], Any]:
             raise
         except BaseException as e:  # noqa: BLE001 - backward runs the model's own code too (autograd.Function)
             raise user_code_error(loaded.path, "running backward", e, loaded.dtype) from e
+        optimizer_step()
         return out
 
     return inference_step if mode == "inference" else train_step
+
+
+def _user_call(loaded: LoadedModel, what: str, fn: Callable, *args):
+    try:
+        return fn(*args)
+    except torch.OutOfMemoryError as e:
+        raise out_of_memory_error(what) from e
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - the file's own optimizer code
+        raise user_code_error(loaded.path, what, e, loaded.dtype) from e
 
 
 def _autocast(loaded: LoadedModel):

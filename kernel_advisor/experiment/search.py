@@ -19,7 +19,9 @@ import dataclasses
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
+
+import torch
 
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.loop_timing import (Estimate, TimedStep, interleaved_windows_s, median_ci, regime_label,
@@ -48,6 +50,8 @@ class SearchOptions:
     finalists: int = FINALISTS
     budget_s: float | None = None
     seed: int = 0
+    compile_modes: tuple[str, ...] | None = None  # None: every mode of the device (space.py)
+    combinations: bool = True  # False: the singles only
 
 
 @dataclass
@@ -72,9 +76,10 @@ def search(loaded: LoadedModel, mode: str, names: Sequence[str], options: Search
     draws = Draws(loaded, mode, reference, options.draws, options.seed)
     with kernel_compiled.recompile_room(16):
         try:
-            first = _explore(loaded, mode, space.singles(loaded, names), "single", options, draws, budget,
+            first = _explore(loaded, mode, space.singles(loaded, names, options.compile_modes), "single", options, draws, budget,
                              busy_frac, state, on_change, progress)
-            combos = space.combinations({t.config: t.outcome for t in first if t.outcome}, loaded)
+            combos = space.combinations({t.config: t.outcome for t in first if t.outcome}, loaded) \
+                if options.combinations else []
             _explore(loaded, mode, combos, "combination", options, draws, budget, busy_frac, state,
                      on_change, progress)
             _final(loaded, mode, options, budget, state, on_change, progress)
@@ -140,8 +145,9 @@ def _time(loaded: LoadedModel, mode: str, trials: Sequence[Trial], windows: int,
     """Time `trials` interleaved with eager; each gets a passed outcome from these windows."""
     eager = TimedStep(EAGER, contextlib.nullcontext, make_step(loaded, mode))
     steps = [TimedStep(t.name, t.variant.context, _variant_step(loaded, mode, t)) for t in trials]
-    times = interleaved_windows_s([eager, *steps], windows, state.steps_per_window, warmup, loaded.device,
-                                  deadline_s=budget.end)
+    with _weights_kept(loaded, mode):
+        times = interleaved_windows_s([eager, *steps], windows, state.steps_per_window, warmup, loaded.device,
+                                      deadline_s=budget.end)
     state.eager_s = median_ci(times[EAGER])
     for t in trials:
         mine = times[t.name]
@@ -151,6 +157,23 @@ def _time(loaded: LoadedModel, mode: str, trials: Sequence[Trial], windows: int,
         t.outcome = Outcome("passed", t.outcome.reason if t.outcome else "", t.variant.applied, speedup=speed,
                             gain_frac=1.0 - statistics.median(mine) / statistics.median(times[EAGER]),
                             verdict=verdict(speed), step_s=median_ci(mine), gate=t.gate.worst())
+
+
+@contextlib.contextmanager
+def _weights_kept(loaded: LoadedModel, mode: str) -> Iterator[None]:
+    """The user's weights as they were before timing: train steps with the file's optimizer move
+    them, and every configuration gated later is held against eager's results on the old ones."""
+    model = loaded.model
+    if mode != "train" or loaded.make_optimizer is None or not isinstance(model, torch.nn.Module):
+        yield
+        return
+    saved = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for k, v in model.state_dict().items():
+                v.copy_(saved[k])
 
 
 def _variant_step(loaded: LoadedModel, mode: str, t: Trial):

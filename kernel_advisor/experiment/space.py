@@ -14,7 +14,6 @@ from typing import Iterable, Mapping, Sequence
 import torch
 
 from kernel_advisor.actions import NONE, get_action, is_known
-from kernel_advisor.actions import kernel as kernel_action
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.experiment.outcome import Outcome
 from kernel_advisor.experiment.variant import Config, conflicts, make_config
@@ -24,10 +23,11 @@ COMPILE_MODES_CPU = ("compile", "compile:max-autotune-no-cudagraphs")
 COMPILE_MODES_CUDA = ("compile", "compile:max-autotune-no-cudagraphs", "compile:reduce-overhead")
 
 
-def compile_modes(device_type: str, named: Iterable[str]) -> list[str]:
-    """Every compile mode of the device, and compile-stage actions the advice named (float8:compile)."""
-    modes = list(COMPILE_MODES_CUDA if device_type == "cuda" else COMPILE_MODES_CPU)
-    return modes + [n for n in named if get_action(n).stage == "compile" and n not in modes]
+def compile_modes(device_type: str, named: Iterable[str], modes: Sequence[str] | None = None) -> list[str]:
+    """The compile modes searched (`modes`, or every mode of the device when None), and the
+    compile-stage actions the advice named (float8:compile)."""
+    base = list(modes if modes is not None else COMPILE_MODES_CUDA if device_type == "cuda" else COMPILE_MODES_CPU)
+    return base + [n for n in named if get_action(n).stage == "compile" and n not in base]
 
 
 def has_4d_weights(loaded: LoadedModel) -> bool:
@@ -35,13 +35,13 @@ def has_4d_weights(loaded: LoadedModel) -> bool:
     return isinstance(model, torch.nn.Module) and any(p.dim() == 4 for p in model.parameters())
 
 
-def singles(loaded: LoadedModel, names: Sequence[str]) -> list[Config]:
+def singles(loaded: LoadedModel, names: Sequence[str], modes: Sequence[str] | None = None) -> list[Config]:
     """Each named action alone, each compile mode alone, channels_last where it can apply."""
     named = [n for n in dict.fromkeys(names) if n != NONE and is_known(n)]
     below = [n for n in named if get_action(n).stage != "compile"]
     if has_4d_weights(loaded) and CHANNELS_LAST not in below:
         below.append(CHANNELS_LAST)
-    tops = compile_modes(loaded.device.type, named)
+    tops = compile_modes(loaded.device.type, named, modes)
     return _unique([make_config([n]) for n in below] + [Config((), c) for c in tops])
 
 
@@ -92,7 +92,3 @@ def _faster(outcomes: Mapping[Config, Outcome]) -> list[Config]:
 
 def _unique(configs: Iterable[Config]) -> list[Config]:
     return list(dict.fromkeys(configs))
-
-
-def is_kernel(name: str) -> bool:
-    return name.startswith(kernel_action.PREFIX)

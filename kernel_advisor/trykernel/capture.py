@@ -28,7 +28,7 @@ def capture_step(loaded: LoadedModel, model: Any, params_of: Any, inputs: list, 
 
     Everything is cloned at once: CUDA-graph variants overwrite their outputs on the next run.
     """
-    step = make_step(dataclasses.replace(loaded, model=model, inputs=inputs), mode)
+    step = make_step(dataclasses.replace(loaded, model=model, inputs=inputs), mode, optimizer=False)
     out = step()
     leaves = [(path, t.detach().clone()) for path, t in tensor_leaves(out)]
     if mode == "train" and isinstance(params_of, nn.Module):
