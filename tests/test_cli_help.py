@@ -48,8 +48,8 @@ def test_flags_show_no_value_and_options_keep_theirs():
     for flag in ("--json", "--fsdp", "--help"):
         row = _row(text, flag)
         assert "<" not in row.split("│")[1], row  # nothing between the flag and its help
-    assert "<int>" in _row(text, "--steps")
-    assert "<auto|cuda|cpu>" in _row(text, "--device")
+    assert " N " in _row(text, "--steps")
+    assert "auto|cuda|cpu" in _row(text, "--device")
     root = advisor("--help").stdout
     assert "<" not in _row(root, "--debug")
 
@@ -95,3 +95,22 @@ def test_other_usage_errors_keep_the_help_pointer_without_pydantic_wording():
     extra = advisor("profile", "m.py", "extra.py")
     assert extra.exit_code == 1 and "unexpected extra argument" in extra.stderr
     assert extra.stderr.rstrip().endswith(" profile --help`")  # CliRunner's program name is not `advisor`
+
+
+PYTHON_TYPE = re.compile(r"<[^>\n]*>|\brange\b|\[x\s*[<>]=|\b(?:INTEGER|FLOAT|TEXT)\b")
+
+
+@pytest.mark.parametrize("path", _command_paths(), ids=lambda p: " ".join(p) or "advisor")
+def test_help_shows_words_not_python_types(path):
+    # `<list[Path]>`, `<int range> [x>=1]`, `<auto|cuda|cpu>`: a person reads FILE, N, auto|cuda|cpu.
+    result = advisor(*path, "--help")
+    assert result.exit_code == 0, result.output
+    assert PYTHON_TYPE.findall(result.output) == [], result.output
+
+
+@pytest.mark.parametrize("path, option, word", [
+    (("profile",), "--threads", "N"), (("profile",), "--out", "DIR"), (("recommend",), "--rules", "FILE"),
+    (("recommend",), "--top", "N [at least 1]"), (("profile",), "--device", "auto|cuda|cpu"),
+])
+def test_help_names_values_in_words(path, option, word):
+    assert word in _row(advisor(*path, "--help").output, option)

@@ -15,7 +15,7 @@ from typer.core import TyperCommand, TyperGroup
 from reference_kernels.errors import KernelInputError, KernelUnavailableError
 
 from kernel_advisor.errors import (EXIT_CODE_HELP, AdvisorError, EnvironmentCapabilityError, ExitCode,
-                                   UserInputError)
+                                   UserInputError, exception_text)
 
 F = TypeVar("F", bound=Callable)
 # Newer typer vendors its own click; take the classes from typer's own exceptions.
@@ -39,11 +39,46 @@ def _flags_show_no_type(params: list) -> list:
     return params
 
 
+# What a person reads in --help's type column instead of Python's (`<int>`, `<list[Path]>`).
+_METAVARS = {"model": "FILE", "trace": "FILE", "rules": "FILE", "path": "FILE", "output": "FILE",
+             "out": "DIR", "run": "RUN", "run_a": "RUN", "run_b": "RUN",
+             "warmup": "N", "steps": "N", "top": "N", "seed": "N", "nproc_per_node": "N", "draws": "N",
+             "reps": "N", "threads": "N", "entry": "NAME", "region": "NAME", "impl": "NAME", "op": "OP",
+             "kernel_ids": "ID", "ids": "ID"}
+_BY_TYPE = {"int": "N", "float": "X", "path": "PATH", "str": "TEXT"}
+
+
+def _readable_metavars(params: list, ctx) -> list:
+    """Every value-taking parameter shows a word (FILE, N, RUN, auto|cuda|cpu) and a range in words."""
+    for param in params:
+        if getattr(param, "is_flag", False):
+            continue
+        if param.metavar is None:
+            shown = str(param.display_type_rich(ctx) or "").strip("<>")
+            choices = "|" in shown and "[" not in shown
+            word = shown if choices else _METAVARS.get(param.name) or _BY_TYPE.get(shown.split()[0], "VALUE")
+            if param.param_type_name == "argument":  # NB: an argument's metavar would rename it in the usage line
+                param.display_type_rich = lambda ctx, word=word: word
+            else:
+                param.metavar = word
+        low, high = getattr(param, "min", None), getattr(param, "max", None)
+        if low is not None or high is not None:
+            words = _range_words(low, high)
+            param._get_number_range_help_str = lambda words=words: words
+    return params
+
+
+def _range_words(low, high) -> str:
+    if low is not None and high is not None:
+        return f"{low} to {high}"
+    return f"at least {low}" if low is not None else f"at most {high}"
+
+
 class AdvisorCommand(TyperCommand):
     """A command whose flags (--json, --help, …) show no `<bool>` type in --help."""
 
     def get_params(self, ctx):
-        return _flags_show_no_type(super().get_params(ctx))
+        return _readable_metavars(_flags_show_no_type(super().get_params(ctx)), ctx)
 
 
 class AdvisorGroup(TyperGroup):
@@ -61,7 +96,7 @@ class AdvisorGroup(TyperGroup):
                 command.epilog = EXIT_CODE_HELP
 
     def get_params(self, ctx):
-        return _flags_show_no_type(super().get_params(ctx))
+        return _readable_metavars(_flags_show_no_type(super().get_params(ctx)), ctx)
 
     def make_context(self, *args, **kwargs):
         try:
@@ -196,7 +231,6 @@ def guarded(fn: F) -> F:
         except BaseException as e:  # noqa: BLE001 - the last line of defence: SystemExit, GeneratorExit too
             if debug_enabled():
                 traceback.print_exc()
-            detail = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-            fail(f"internal error: {detail} — rerun with --debug and report it", int(ExitCode.INTERNAL))
+            fail(f"internal error: {exception_text(e)} — rerun with --debug and report it", int(ExitCode.INTERNAL))
 
     return wrapper  # type: ignore[return-value]

@@ -15,7 +15,7 @@ from kernel_advisor.cli.options import Mode, check_top
 @guarded
 def import_cmd(
     trace: Annotated[Path, typer.Argument(help="Chrome trace written by torch.profiler (record_shapes=True), .json or .json.gz.")],
-    out: Annotated[Optional[Path], typer.Option(help="Run directory to write (default .advisor/runs/<trace>-<time>).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Run directory to write (default .advisor/runs/TRACE-TIME: the trace file's name and the time).")] = None,
     mode: Annotated[Mode, typer.Option(help="What the trace captured (recorded for the rules).")] = Mode.train,
     top: Annotated[int, typer.Option(help="Hotspots to show.")] = 15,
     steps: Annotated[Optional[int], typer.Option(
