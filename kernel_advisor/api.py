@@ -13,7 +13,8 @@ the CLI is a thin layer over the same functions.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -41,6 +42,44 @@ from kernel_advisor.render.profile_render import run_warnings
 from kernel_advisor.render.recommend_render import report_to_dict
 
 Progress = Callable[[str, int, int], None]
+FRAME_COLUMNS = ("rank", "rule_id", "tier", "title", "where", "subjects", "estimated_gain_per_step_s",
+                 "estimated_gain_frac", "within_noise", "actions", "measured_verdict", "measured_gain_frac")
+
+
+class Recommendations(list):
+    """`run.recommend()`'s entries, one per rule and subject, iterated as before (a list).
+
+    Several entries share a rank when one rule fired on several subjects, as `advisor recommend`
+    shows them on one line; `to_frame()` is that table: one row per finding, in rank order."""
+
+    def __init__(self, entries: Sequence[RecommendationEntry] = (), findings: Sequence[Mapping] = ()):
+        super().__init__(entries)
+        self.findings = tuple(findings)  # recommendations.json "findings": gain per rule, union over rows
+
+    def to_frame(self) -> pd.DataFrame:
+        by_rule: dict[str, list[RecommendationEntry]] = {}
+        for e in self:
+            by_rule.setdefault(e.rule_id, []).append(e)
+        found = {f.get("rule_id"): f for f in self.findings if isinstance(f, Mapping)}
+        rows = [_finding_row(entries, found.get(rule, {})) for rule, entries in by_rule.items()]
+        frame = pd.DataFrame(rows, columns=list(FRAME_COLUMNS))
+        return frame.sort_values(["rank", "rule_id"], kind="stable").reset_index(drop=True)
+
+
+def _finding_row(entries: list[RecommendationEntry], finding: Mapping) -> dict:
+    """One line of `advisor recommend`'s table: the rule's first subject, "+N more", the union gain."""
+    head = entries[0]
+    more = f" (+{len(entries) - 1} more)" if len(entries) > 1 else ""
+    gain_s = finding.get("estimated_gain_per_step_s", head.estimated_gain_per_step_s)
+    gain = finding.get("estimated_gain_frac", head.estimated_gain_frac)
+    measured = head.measured
+    return {"rank": head.rank, "rule_id": head.rule_id, "tier": head.tier, "title": head.title,
+            "where": f"{head.label or head.subject}{more}", "subjects": len(entries),
+            "estimated_gain_per_step_s": gain_s, "estimated_gain_frac": gain,
+            "within_noise": bool(finding.get("within_noise", False)),
+            "actions": ", ".join(dict.fromkeys(e.action for e in entries)),
+            "measured_verdict": measured.verdict if measured is not None else None,
+            "measured_gain_frac": measured.gain_frac if measured is not None else None}
 
 
 @dataclass
@@ -52,6 +91,22 @@ class Run:
     ops: pd.DataFrame
     sequence: pd.DataFrame
     _loaded: LoadedModel | None = field(default=None, repr=False)  # the in-memory model, when profiled here
+
+    def __repr__(self) -> str:
+        """Short: where, what, on what, how long a step takes (`meta` holds all of run.json)."""
+        model = Path(str((self.meta.get("model") or {}).get("file") or "?")).name
+        device = self.meta.get("device") or {}
+        where = device.get("name") or device.get("type") or "?"
+        step = self.step_time
+        step_text = f"{step.value_s * 1e3:.3g} ms" if step is not None else "not timed"
+        return f"Run(path={str(self.path)!r}, model={model!r}, device={where!r}, step={step_text!r})"
+
+    @property
+    def recommendations(self) -> pd.DataFrame | None:
+        """The last `recommend()`'s findings, one row per finding (`Recommendations.to_frame`);
+        None before any."""
+        record = RecommendationsRecord.read(self.path)
+        return None if record is None else Recommendations(record.recommendations, record.findings).to_frame()
 
     @property
     def step_time(self) -> StepTime | None:
@@ -65,7 +120,7 @@ class Run:
 
     def recommend(self, rules: Sequence[str | Path] | None = None, measure: bool = False, *, top: int = 10,
                   budget_s: float | None = None, also: Sequence[str] = (),
-                  progress: Progress | None = None) -> list[RecommendationEntry]:
+                  progress: Progress | None = None) -> Recommendations:
         """Ranked recommendations (also written to RUN/recommendations.json).
 
         With `measure=True` each action is applied to the model, gated and timed (docs/measure.md)
@@ -76,7 +131,8 @@ class Run:
             loaded, mode = self.model()
             doc, _ = measure_document(report, doc, loaded, mode, SearchOptions(budget_s=budget_s), top, also,
                                       progress, self.path, self.meta.get("device_busy_frac"))
-        return list(save_recommendations(self.path, doc).recommendations)
+        record = save_recommendations(self.path, doc)
+        return Recommendations(record.recommendations, record.findings)
 
     def model(self) -> tuple[LoadedModel, str]:
         """The model as profiled (in memory, or re-loaded from the file run.json names), and the mode."""
@@ -98,35 +154,39 @@ class Run:
         loaded, mode = self.model()
         options = TryOptions(mode=mode, draws=draws, reps=reps, warmup=warmup, compile=compile)
         args = {"kernel_ids": list(kernel_ids), "all": together, "mode": mode, "autocast": _autocast_name(loaded)}
-        return run_try_kernel(loaded, list(kernel_ids), together, None, None, self.path, options, args,
-                              progress).report
+        report = run_try_kernel(loaded, list(kernel_ids), together, None, None, self.path, options, args,
+                                progress).report
+        return _said_when_nothing_applied(report)
 
 
 def profile(model: Any, inputs: Inputs, *, device: str = "auto", dtype: str = "keep", mode: str = "inference",
             steps: int = 5, warmup: int = 3, out: str | Path | None = None, loss_fn: Callable | None = None,
             seed: int = 0, autocast: str | None = None, progress: Progress | None = None,
-            with_stack: bool = False) -> Run:
+            with_stack: bool = False, threads: int | None = None) -> Run:
     """Profile an in-memory model. `inputs`: a list of tensors, or a function drawing a fresh list.
 
     `autocast` ("bfloat16" or "float16") runs every step under torch.autocast with the model left
     in float32, as `advisor profile --autocast`: for models that make float32 tensors in forward.
     `with_stack` records Python call stacks in the trace, as `--with-stack` (slows the shapes pass).
+    `threads` sets torch's intra-op threads (torch.set_num_threads), as `--threads`.
     """
+    use_threads(threads)
     loaded = loaded_from_module(model, inputs, device=device, dtype=dtype, loss_fn=loss_fn, seed=seed,
                                 autocast=autocast)
     return _profile_loaded(loaded, type(model).__name__, dtype, mode, steps, warmup, out, seed, progress,
-                           with_stack=with_stack)
+                           with_stack=with_stack, threads=threads)
 
 
 def profile_file(path: str | Path, *, entry: str | None = None, device: str = "auto", dtype: str = "keep",
                  mode: str = "inference", steps: int = 5, warmup: int = 3, out: str | Path | None = None,
                  seed: int = 0, autocast: str | None = None, progress: Progress | None = None,
-                 with_stack: bool = False) -> Run:
+                 with_stack: bool = False, threads: int | None = None) -> Run:
     """Profile a model file (KernelBench convention, or `entry` returning (model, inputs))."""
+    use_threads(threads)
     with mirror_user_nvtx():  # @nvtx.annotate decorators are applied when the file is imported
         loaded = load_model(path, entry=entry, device=device, dtype=dtype, seed=seed, autocast=autocast)
     return _profile_loaded(loaded, loaded.path.stem, dtype, mode, steps, warmup, out, seed, progress, entry,
-                           with_stack)
+                           with_stack, threads)
 
 
 def import_trace(path: str | Path, *, mode: str = "inference", out: str | Path | None = None,
@@ -154,17 +214,46 @@ def load(run_dir: str | Path) -> Run:
 
 def _profile_loaded(loaded: LoadedModel, stem: str, dtype: str, mode: str, steps: int, warmup: int,
                     out, seed: int, progress: Progress | None, entry: str | None = None,
-                    with_stack: bool = False) -> Run:
+                    with_stack: bool = False, threads: int | None = None) -> Run:
     from kernel_advisor.collect.profiler import validate_counts
 
     validate_counts(warmup, steps)
     run_dir = Path(out) if out is not None else default_run_dir(stem)
     args = {"device": loaded.device.type, "mode": mode, "dtype": dtype, "autocast": _autocast_name(loaded),
-            "warmup": warmup, "steps": steps, "seed": seed, "entry": entry, "with_stack": with_stack}
+            "warmup": warmup, "steps": steps, "seed": seed, "entry": entry, "with_stack": with_stack,
+            "threads": threads}
     run_dir, _ = profile_to_run(loaded, args, run_dir, progress)
     run = load(run_dir)
     run._loaded = loaded  # measuring and trying kernels reuse it; `load()` re-loads from the file instead
     return run
+
+
+CANDIDATE_KINDS = ("candidate", "combined", "compile+kernel")
+
+
+def _said_when_nothing_applied(report):
+    """A try that substituted no kernel says so, in the report's notes and as a warning: an empty
+    comparison would otherwise read as "the kernels made no difference"."""
+    if any(v.kind in CANDIDATE_KINDS and v.status != "not applied" for v in report.variants):
+        return report
+    reasons = "; ".join(v.reason for v in report.variants if v.kind in CANDIDATE_KINDS and v.reason)
+    line = ("try_kernels applied no kernel: none of the asked kernels matched an op of this model"
+            + (f" ({reasons})" if reasons else "") + "; `advisor kernels` lists them with the ops they replace")
+    warnings.warn(line, stacklevel=3)
+    return replace(report, notes=(*report.notes, line))
+
+
+def use_threads(threads: int | None) -> None:
+    """torch's intra-op threads for the profile (`--threads N`); None leaves torch's default.
+    Fewer threads than cores keeps a step off cores that another job needs (collect/noise.py)."""
+    if threads is None:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise UserInputError(f"--threads must be a whole number of at least 1 (got {threads!r})",
+                             "use --threads 1, or as many as the machine has idle cores")
+    import torch
+
+    torch.set_num_threads(threads)
 
 
 def _autocast_name(loaded: LoadedModel) -> str | None:

@@ -26,7 +26,7 @@ def profile_cmd(
     autocast: AutocastOption = None,
     warmup: Annotated[int, typer.Option(help="Steps run before profiling (compile, lazy init, autotuning).")] = 3,
     steps: Annotated[int, typer.Option(help="Profiled steps.")] = 5,
-    out: Annotated[Optional[Path], typer.Option(help="Run directory to write (default .advisor/runs/<model>-<time>).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Run directory to write (default .advisor/runs/MODEL-TIME: the model file's name and the time).")] = None,
     top: Annotated[int, typer.Option(help="Hotspots to show.")] = 15,
     entry: Annotated[Optional[str], typer.Option(help="Function in the file returning (model, inputs).")] = None,
     seed: Annotated[int, typer.Option(help="Seed for model init and inputs.")] = 0,
@@ -34,6 +34,7 @@ def profile_cmd(
     nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", help="Ranks to launch through torch.distributed.run (one GPU each, NCCL; gloo on CPU). Train mode wraps the model in DDP unless the file defines wrap_distributed(model).")] = 1,
     fsdp: Annotated[bool, typer.Option("--fsdp", help="With --nproc-per-node > 1 in train mode: shard with FSDP2 instead of DDP.")] = False,
     region: Annotated[Optional[str], typer.Option(help="Show only ops inside this NVTX / record_function region (name or glob); the run keeps everything.")] = None,
+    threads: Annotated[Optional[int], typer.Option(metavar="N", help="torch's intra-op threads (torch.set_num_threads); on a busy machine, fewer than the idle cores keeps the timings steady.")] = None,
     with_stack: Annotated[bool, typer.Option("--with-stack", help="Record Python call stacks in the trace (Perfetto, HTA); slows the steps that record shapes (on a GPU the kernels are timed in a pass without it).")] = False,
 ) -> None:
     """Profile MODEL on the device, attribute device time to ops, classify each hotspot on the roofline."""
@@ -44,7 +45,14 @@ def profile_cmd(
         from kernel_advisor.collect.rundir import check_writable_target
 
         check_writable_target(out)
+    if threads is not None:
+        from kernel_advisor.api import use_threads
+
+        use_threads(threads)  # before any distributed launch: a bad N is refused before the model runs
     if nproc_per_node != 1 or fsdp:
+        if threads is not None:
+            raise UserInputError("--threads is not supported with --nproc-per-node or --fsdp yet",
+                                 "profile one process with --threads, or set OMP_NUM_THREADS")
         _check_distributed_options(nproc_per_node, fsdp, mode, autocast_name(autocast), with_stack)
         from kernel_advisor.distributed.launch import DistributedRequest
 
@@ -61,10 +69,11 @@ def profile_cmd(
     with progress:
         run = api.profile_file(model, entry=entry, device=device.value, dtype=dtype.value, mode=mode.value,
                                steps=steps, warmup=warmup, out=out, seed=seed, autocast=autocast_name(autocast),
-                               progress=report, with_stack=with_stack)
+                               progress=report, with_stack=with_stack, threads=threads)
     run_dir, meta = run.path, run.meta
     for where in meta.get("nonfinite_outputs", []):
         console.warn(f"the model's output has non-finite values: {where}; profiling went on")
+    _warn_mutated_inputs(run)
     shown = region_view(run, region) if region else run
     if json_out:
         console.out.print_json(profile_json(shown.meta, shown.ops, run_dir, top))
@@ -75,6 +84,15 @@ def profile_cmd(
             console.out.print(region_table(run.sequence, run.ops))
         console.out.print(summary_line(run.meta, run_dir))
     for line in run_warnings(run.meta):  # last, where they are seen
+        console.warn(line)
+
+
+def _warn_mutated_inputs(run) -> None:
+    from kernel_advisor.collect.runner import mutated_inputs_warning
+
+    loaded = getattr(run, "_loaded", None)
+    line = mutated_inputs_warning(loaded.mutated_inputs if loaded is not None else [])
+    if line:
         console.warn(line)
 
 

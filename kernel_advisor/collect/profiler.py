@@ -36,6 +36,7 @@ from kernel_advisor.collect.counts import validate_counts
 from kernel_advisor.collect.interrupts import deferred_sigint, hold_for_tests
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.loop_timing import steps_per_window, window_s
+from kernel_advisor.collect.noise import Load, LoadSampler, step_too_wide
 from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
 from kernel_advisor.collect.nvtx_ranges import nvtx_range
 from kernel_advisor.collect.profiler_output import profiler_output_filtered, quietly
@@ -44,6 +45,10 @@ from kernel_advisor.collect.step_time import SteadyState, is_drifting, time_unti
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 MIN_LOOP_WINDOWS = 3
+# Noisy windows (collect/noise.py): more are timed, up to this many times the planned ones and
+# this much extra wall time, so a busy machine narrows the interval without a profile running away.
+NOISY_WINDOWS_FACTOR = 4
+NOISY_EXTRA_BUDGET_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,8 @@ class Capture:
     timing_unprofiled_step_wall_s: tuple[float, ...] = ()  # unprofiled steps timed right before and after it
     loop_step_s: tuple[float, ...] = ()  # back-to-back windows: the mean step of each (collect/loop_timing.py)
     loop_window_steps: int = 0  # steps per window
+    load: Load | None = None  # threads wanting a core while the windows ran (collect/noise.py)
+    extra_windows: int = 0  # windows timed beyond the planned ones because they were noisy
 
 
 def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Path,
@@ -81,7 +88,9 @@ def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Pa
         unprofiled, steady = time_until_steady(lambda: _timed_steps(step, steps, sync, report),
                                                drifting=_drifting_on_any_rank(loaded.device))
         window = steps_per_window(statistics.median(unprofiled))
-        loop = _loop_windows(step, steps, window, loaded.device, report)
+        sampler = LoadSampler()
+        loop = _loop_windows(step, steps, window, loaded.device, report, sampler)
+        loop, extra = _more_windows_while_noisy(step, loop, window, loaded.device, report, sampler)
         if loaded.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(loaded.device)
         profiled = _profiled_steps(step, steps, sync, trace_path, loaded.device, report, with_stack)
@@ -100,7 +109,8 @@ def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Pa
                    profiler_overhead_ratio=ratio, peak_memory_bytes=peak, peak_memory_kind=kind,
                    nonfinite_outputs=tuple(nonfinite), steady_state=steady,
                    timing_trace_path=timing_path, timing_step_wall_s=tuple(timed),
-                   timing_unprofiled_step_wall_s=tuple(around), loop_step_s=tuple(loop), loop_window_steps=window)
+                   timing_unprofiled_step_wall_s=tuple(around), loop_step_s=tuple(loop), loop_window_steps=window,
+                   load=sampler.load(), extra_windows=extra)
 
 
 def _phase(report: Progress, phase: str) -> Progress:
@@ -173,15 +183,49 @@ def _timed_steps(step, steps: int, sync, report: Progress) -> list[float]:
     return walls
 
 
-def _loop_windows(step, steps: int, window: int, dev: torch.device, report: Progress) -> list[float]:
+def _loop_windows(step, steps: int, window: int, dev: torch.device, report: Progress,
+                  sampler: LoadSampler | None = None) -> list[float]:
     """The user's loop: `max(steps, MIN_LOOP_WINDOWS)` windows of `window` back-to-back steps."""
     windows = max(steps, MIN_LOOP_WINDOWS)
     out = []
     with nvtx_range("advisor/back-to-back"):
         for i in range(windows):
             out.append(window_s(step, window, dev))
+            if sampler is not None:  # between windows: the sample's own cost stays out of the timing
+                sampler.sample()
             report("timing back-to-back steps", i + 1, windows)
     return out
+
+
+def _more_windows_while_noisy(step, loop: list[float], window: int, dev: torch.device, report: Progress,
+                              sampler: LoadSampler) -> tuple[list[float], int]:
+    """While the windows' median interval is wider than ±25 % or other threads want the cores,
+    time more windows (capped), so the step's interval narrows. Returns (windows, extra count).
+
+    Not under torch.distributed: each window runs the model's collectives, and a rank that
+    decided alone to time more would leave its peers' collectives unmatched."""
+    if _distributed():
+        return loop, 0
+    out = list(loop)
+    cap = len(loop) * NOISY_WINDOWS_FACTOR
+    deadline = time.monotonic() + NOISY_EXTRA_BUDGET_S
+    with nvtx_range("advisor/back-to-back"):
+        while len(out) < cap and time.monotonic() < deadline and (step_too_wide(out) or _oversubscribed(sampler)):
+            out.append(window_s(step, window, dev))
+            sampler.sample()
+            report("timing more steps (noisy machine)", len(out) - len(loop), cap - len(loop))
+    return out, len(out) - len(loop)
+
+
+def _oversubscribed(sampler: LoadSampler) -> bool:
+    load = sampler.load()
+    return load is not None and load.oversubscribed()
+
+
+def _distributed() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 def _one_timed(step, sync) -> float:

@@ -16,6 +16,7 @@ from kernel_advisor.collect.environment import device_info, numerics_settings, v
 from kernel_advisor.collect.kernel_timing import PASS_KERNELS_ONLY, PASS_SHAPES, KernelTiming
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.profiler import Capture, effective_dtype
+from kernel_advisor.collect.noise import detect_noise
 from kernel_advisor.collect.step_time import StepTime, overhead_ratio, step_time_estimate, trace_span_step_time
 from kernel_advisor.collect.trace import TraceData, shapes_recorded
 from kernel_advisor.records.run import SCHEMA_VERSION, RunRecord
@@ -65,6 +66,9 @@ def profile_meta(loaded: LoadedModel, args: dict, cap: Capture, attr: Attributio
         "steady_state": _json_or_none(cap.steady_state),
         "profiler_overhead_ratio": overhead.value if overhead is not None else cap.profiler_overhead_ratio,
         "profiler_overhead": _json_or_none(overhead),
+        # Whether the machine was quiet enough to time on (collect/noise.py): causes, figures, thresholds.
+        "noise": detect_noise(step_time_estimate(profiled, cap.unprofiled_step_wall_s, cap.loop_step_s), profiled,
+                              overhead, cap.load, cap.extra_windows).to_json(),
         "kernel_timing": _kernel_timing_json(cap, timing),
         "peak_memory_bytes": cap.peak_memory_bytes, "peak_memory_kind": cap.peak_memory_kind,
         "nonfinite_outputs": list(cap.nonfinite_outputs),
@@ -98,7 +102,7 @@ def import_meta(trace: TraceData, trace_path: Path, args: dict, attr: Attributio
                      "effective_dtype": ""},
         "step_wall_s": list(attr.step_wall_s), "unprofiled_step_wall_s": [],
         "step_s": _json_or_none(_imported_step_time(attr)), "steady_state": None,
-        "profiler_overhead_ratio": None, "profiler_overhead": None, "peak_memory_bytes": None,
+        "profiler_overhead_ratio": None, "profiler_overhead": None, "noise": None, "peak_memory_bytes": None,
         "nonfinite_outputs": [],
         "shapes_recorded": shapes_recorded(trace),  # False: nothing could be costed (record_shapes=False)
     })

@@ -13,6 +13,7 @@ import pandas as pd
 from reference_kernels.registry import KernelSpec
 
 from kernel_advisor import actions
+from kernel_advisor.collect.noise import within_noise
 from kernel_advisor.recommend.calibration import calibrated
 from kernel_advisor.recommend.conditions import Check, Range, evaluate
 from kernel_advisor.recommend.evidence import RunContext, run_context
@@ -152,6 +153,9 @@ class Finding:
     saving_per_step_s: float | None  # union over its rows; None when no subject could be estimated
     saving_pct: float | None
     rank: int = 0
+    # The saving is no larger than the step's own noise (collect/noise.py): ranked after every
+    # solid finding, since its place among them would rest on noise.
+    within_noise: bool = False
 
 
 def _is_blocker(rule: Rule) -> bool:
@@ -170,7 +174,8 @@ def _finding(recs: list[Recommendation], ctx: RunContext) -> Finding:
     saving = sum(rows.values()) if known else None
     pct = 100.0 * saving / ctx.step_s if saving is not None and ctx.step_s > 0 else None
     head = recs[0]
-    return Finding(head.rule_id, head.title, head.tier, tuple(recs), saving, pct)
+    return Finding(head.rule_id, head.title, head.tier, tuple(recs), saving, pct,
+                   within_noise=within_noise(saving, ctx.step_noise_s))
 
 
 def _tier_index(tier: str) -> int:
@@ -196,20 +201,22 @@ def cheaper_first_on_near_ties(findings: list[Finding]) -> list[Finding]:
         swapped = False
         for i in range(len(out) - 1):
             a, b = out[i], out[i + 1]
-            if (b.tier != "leave-it" and near_tie(a.saving_per_step_s, b.saving_per_step_s)
+            if (b.tier != "leave-it" and a.within_noise == b.within_noise
+                    and near_tie(a.saving_per_step_s, b.saving_per_step_s)
                     and _cost(b) < _cost(a)):
                 out[i], out[i + 1], swapped = b, a, True
     return out
 
 
 def rank_findings(recs: Iterable[Recommendation], rules: Sequence[Rule], ctx: RunContext) -> list[Finding]:
-    """By saving, cheaper rung on near-ties, leave-it last; a graph-break blocker goes right before
-    the first compile finding."""
+    """By saving, cheaper rung on near-ties, savings within the step's noise after the solid ones,
+    leave-it last; a graph-break blocker goes right before the first compile finding."""
     by_rule: dict[str, list[Recommendation]] = {}
     for r in recs:
         by_rule.setdefault(r.rule_id, []).append(r)
     ordered = sorted((_finding(v, ctx) for v in by_rule.values()),
-                     key=lambda f: (f.tier == "leave-it", -(f.saving_per_step_s or 0.0), _cost(f), f.rule_id))
+                     key=lambda f: (f.tier == "leave-it", f.within_noise, -(f.saving_per_step_s or 0.0), _cost(f),
+                                    f.rule_id))
     ordered = cheaper_first_on_near_ties(ordered)
     blockers = {r.id for r in rules if _is_blocker(r)}
     first = [f for f in ordered if f.rule_id in blockers]

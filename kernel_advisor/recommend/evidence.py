@@ -14,6 +14,7 @@ from kernel_advisor.analyze.costs import rnn
 from kernel_advisor.analyze.costs.call import OpCall
 from kernel_advisor.analyze.costs.errors import Unmodelled
 from kernel_advisor.analyze.roofline import RECURRENT_OPS
+from kernel_advisor.collect.noise import step_noise_s
 from kernel_advisor.collect.step_time import step_time_of
 from kernel_advisor.dtypes import is_floating
 from kernel_advisor.recommend.kernels import op_family
@@ -58,6 +59,7 @@ class RunContext:
     mode: str
     distributed: Mapping[str, Any]  # run.json "distributed" (docs/distributed.md); {} for one process
     step_basis: str = ""  # what step_s is: "median of 10 unprofiled steps"
+    step_noise_s: float = 0.0  # median − low of the step's interval: a saving this small is within noise
 
 
 def run_context(meta: Mapping[str, Any]) -> RunContext:
@@ -80,7 +82,8 @@ def run_context(meta: Mapping[str, Any]) -> RunContext:
         device_name=str(device.get("name") or ""), capability=tuple(cap) if cap else None,
         settings=settings, ceilings=dict(meta.get("ceilings") or {}),
         model_file=(meta.get("model") or {}).get("file"), mode=mode,
-        distributed=dict(meta.get("distributed") or {}), step_basis=basis)
+        distributed=dict(meta.get("distributed") or {}), step_basis=basis,
+        step_noise_s=step_noise_s(step) if step is not None and step.value_s > 0 else 0.0)
 
 
 def run_evidence(ctx: RunContext, ops: Any) -> dict[str, Any]:

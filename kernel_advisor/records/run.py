@@ -41,6 +41,7 @@ KEY_TYPES: Mapping[str, tuple[type, ...]] = {
     "total_device_time_s": _NUMBER, "device_busy_s": _NUMBER, "device_busy_frac": _NUMBER,
     "nonfinite_outputs": (list,), "step_markers": (str, *_NONE),
     "step_s": (dict, *_NONE), "steady_state": (dict, *_NONE), "profiler_overhead": (dict, *_NONE),
+    "noise": (dict, *_NONE),
     "profiler_overhead_ratio": (*_NUMBER, *_NONE), "kernel_timing": (dict,), "peak_memory_bytes": (int, *_NONE),
     "peak_memory_kind": (str,), "shapes_recorded": (bool,),
     "ceilings": (dict,), "coverage": (dict,), "distributed": (dict,),

@@ -9,6 +9,7 @@ from rich.text import Text
 
 from kernel_advisor.analyze.ceilings import NOISY_SPREAD_FRAC
 from kernel_advisor.collect.attribute import op_label
+from kernel_advisor.collect.noise import noise_warning
 from kernel_advisor.collect.rundir import SCHEMA_VERSION
 from kernel_advisor.collect.step_time import (overhead_of, steady_state_of, steady_state_warning, step_time_of,
                                              sync_step_time_of)
@@ -140,8 +141,8 @@ def calibration_warning(meta: Mapping[str, Any]) -> str | None:
 
 def run_warnings(meta: Mapping[str, Any]) -> list[str]:
     """One line per thing about the run a reader must know before trusting its numbers."""
-    lines = [steady_state_warning(steady_state_of(meta)), step_markers_warning(meta), calibration_warning(meta),
-             kernel_timing_warning(meta)]
+    lines = [noise_warning(meta), steady_state_warning(steady_state_of(meta)), step_markers_warning(meta),
+             calibration_warning(meta), kernel_timing_warning(meta)]
     shapes = shapes_warning(meta)
     lines.append(shapes if shapes else coverage_warning(meta))  # no shapes: the shapes line says why
     return [line for line in lines if line]

@@ -19,7 +19,8 @@ from kernel_advisor.records.recommendations import SCHEMA_VERSION as RECOMMENDAT
 # recommendations.json's schema (records/recommendations.py): 2 added action, action_reason and
 # measured on every recommendation, and plan; 3 names the evidence as ops.csv's columns now do.
 JSON_SCHEMA_VERSION = RECOMMENDATIONS_SCHEMA
-_DROP_FROM_EVIDENCE = ("settings",)  # repeated on every recommendation; it lives under "run"
+_DROP_FROM_EVIDENCE = ("settings",)
+WITHIN_NOISE = "(within noise)"  # a saving no larger than the step's interval reaches below its median  # repeated on every recommendation; it lives under "run"
 
 
 def json_safe(value: Any) -> Any:
@@ -69,7 +70,8 @@ def _finding_dict(f: Finding) -> dict[str, Any]:
     return {"rank": f.rank, "rule_id": f.rule_id, "title": f.title, "tier": f.tier,
             "estimated_gain_per_step_s": f.saving_per_step_s, "estimated_gain_frac": _frac(f.saving_pct),
             "subjects": [r.subject for r in f.recommendations],
-            "actions": list(dict.fromkeys(r.action for r in f.recommendations)), "measured": None}
+            "actions": list(dict.fromkeys(r.action for r in f.recommendations)), "within_noise": f.within_noise,
+            "measured": None}
 
 
 def _hotspot_dict(h: Hotspot) -> dict[str, Any]:
@@ -95,7 +97,7 @@ def report_to_dict(report: Report, run_dir: str | None = None) -> dict[str, Any]
         "run": {"dir": run_dir, "model": ctx.model_file, "device": ctx.device_name,
                 "device_type": ctx.device_type, "capability": ctx.capability, "steps": ctx.steps,
                 "settings": dict(ctx.settings)},
-        "step_s": ctx.step_s, "step_basis": ctx.step_basis,
+        "step_s": ctx.step_s, "step_basis": ctx.step_basis, "step_noise_s": ctx.step_noise_s,
         "total_estimated_gain_per_step_s": report.total_saving_per_step_s,
         "total_estimated_gain_frac": _frac(report.total_saving_pct),
         "row_gain_per_step_s": dict(report.row_saving_per_step_s),
@@ -121,6 +123,11 @@ def _pct(pct: float | None) -> str:
     return "—" if pct is None else f"{pct:.1f}"
 
 
+def _pct_noted(f: Finding) -> str:
+    """The % of the step, marked when the step's own noise could hide it."""
+    return f"{_pct(f.saving_pct)} {WITHIN_NOISE}" if f.within_noise else _pct(f.saving_pct)
+
+
 def _where(f: Finding) -> str:
     head = f.recommendations[0].label
     more = len(f.recommendations) - 1
@@ -128,9 +135,12 @@ def _where(f: Finding) -> str:
 
 
 def _total_line(report: Report) -> str:
+    noted = (f" Savings marked {WITHIN_NOISE} are no larger than the step's own noise "
+             f"({_ms(report.ctx.step_noise_s)} ms): ranked after the others."
+             if any(f.within_noise for f in report.findings) else "")
     return (f"Total if all are applied: {_ms(report.total_saving_per_step_s)} ms per step "
             f"({_pct(report.total_saving_pct)} % of the step: {_step(report)}); "
-            "savings on the same op are counted once (Amdahl).")
+            f"savings on the same op are counted once (Amdahl).{noted}")
 
 
 def _step(report: Report) -> str:
@@ -145,7 +155,7 @@ def findings_table(report: Report) -> Table:
                          ("rung", "left"), ("finding", "left"), ("where", "left"), ("rule", "left")):
         table.add_column(col, justify=justify)
     for f in report.findings:
-        table.add_row(str(f.rank), _ms(f.saving_per_step_s), _pct(f.saving_pct), f.tier, f.title,
+        table.add_row(str(f.rank), _ms(f.saving_per_step_s), _pct_noted(f), f.tier, f.title,
                       _where(f), f.rule_id)
     return table
 
@@ -190,7 +200,7 @@ def render_markdown(report: Report) -> str:
              f"step {_step(report)}.", "",
              "| # | saves ms/step | % step | rung | finding | where | rule |", "|---|---|---|---|---|---|---|"]
     for f in report.findings:
-        lines.append(f"| {f.rank} | {_ms(f.saving_per_step_s)} | {_pct(f.saving_pct)} | {f.tier} | "
+        lines.append(f"| {f.rank} | {_ms(f.saving_per_step_s)} | {_pct_noted(f)} | {f.tier} | "
                      f"{_md_cell(f.title)} | {_md_cell(_where(f))} | `{f.rule_id}` |")
     lines += ["", _total_line(report), "", "## Details", ""]
     for f in report.findings:
