@@ -167,7 +167,7 @@ def test_summary_split_by_class(full_render):
 def test_recommendations_and_try_kernel_content(full_render):
     document = full_render[0]
     assert "est. gain 400.0 µs/step, 17.4% of the step" in document
-    assert "aten::_softmax (row 1)" in document and "advisor try-kernel --kernel triton-softmax" in document
+    assert "aten::_softmax (#2)" in document and "advisor try-kernel --kernel triton-softmax" in document
     # predicted beside measured (recommend --measure): 17.4 % estimated, 1.21× [1.18–1.24] measured
     assert "measured 1.21× [1.18–1.24] (faster, 17.4% of the step)" in document
     assert "measured: not-applied — TF32 is already on" in document

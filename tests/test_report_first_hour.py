@@ -93,8 +93,8 @@ def test_leave_it_verdicts_of_one_rule_share_one_card(leave_it_render):
     grouped = [c for c in found if "leave-it-group" in c["class"]]
     assert len(grouped) == 1 and grouped[0]["rule"] == "leave-small-op"
     text = grouped[0]["text"]
-    for i in range(6):
-        assert f"aten::small_{i} (row {6 + i})" in text
+    for i in range(6):  # each op by its rank in the hotspot table (7..12), not its row id
+        assert f"aten::small_{i} (#{7 + i})" in text
     assert "6 ops, no gain claimed" in text and "the same verdict on 6 ops" in text
     assert text.count(AMDAHL) == 1
     assert leave_it_render.count(AMDAHL) == 1  # the citation once in the whole report, not six times
@@ -249,3 +249,27 @@ def test_datasheet_ceilings_stay_one_word(tmp_path):
     run = cpu_run(tmp_path)
     assert ceilings_text(run.meta["ceilings"]) == "datasheet"
     assert "ceilings: datasheet ·" in summary_line(run.meta, run.path)
+
+
+@pytest.mark.parametrize("fixed_rows", [[6], [6, 7], [6, 7, 8, 9, 10]])
+def test_an_op_a_fix_card_names_is_not_in_the_leave_it_card(tmp_path, fixed_rows):
+    doc = recommendations_doc()
+    fix = dict(doc["recommendations"][0], rule_id="compile-fuse-chain", title="Fuse the chain", tier="compile",
+               row_ids=fixed_rows)
+    doc["recommendations"] = [fix] + [leave_it(r, f"aten::small_{r - 6}", 0.25 + r / 100) for r in range(6, 12)]
+    document = render_report(load_run(write_run(tmp_path / "run", many_small_ops(), recommendations=doc)))[0]
+    found = cards(document)
+    fix_text = next(c["text"] for c in found if "Fuse the chain" in c["text"])
+    leave_texts = " ".join(c["text"] for c in found if "leave it" in c["text"])
+    for r in range(6, 12):
+        op = f"aten::small_{r - 6} (#"
+        assert (op in fix_text) is (r in fixed_rows)
+        assert (op in leave_texts) is (r not in fixed_rows)
+
+
+def test_cards_number_ops_as_the_hotspot_table_does(leave_it_render):
+    # The hotspot table's first cell is the rank; the card names the same op with the same number.
+    ranks = dict(re.findall(r'<tr><td class="num"[^>]*>(\d+)</td><td[^>]*>(?:<[^>]+>)*(aten::small_\d)', leave_it_render))
+    assert ranks, "no hotspot rows found"
+    for rank, name in ranks.items():
+        assert f"{name} (#{rank})" in leave_it_render

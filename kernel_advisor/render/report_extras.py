@@ -13,7 +13,7 @@ import pandas as pd
 from kernel_advisor.analyze.run_extras import TryKernelResults
 from kernel_advisor.records.recommendations import Measured, RecommendationEntry as Recommendation
 from kernel_advisor.collect.step_time import step_time_of
-from kernel_advisor.render.report_sections import fmt_field, kv_table, missing, num_cell
+from kernel_advisor.render.report_sections import fmt_field, kv_table, missing, num_cell, ordered_ops
 from kernel_advisor.render.report_template import Html, h, join
 from kernel_advisor.render.units import fmt_frac_pct, fmt_ratio, fmt_si, fmt_time_s
 
@@ -76,7 +76,7 @@ def _text_list(values: Any, label: str) -> Html | None:
 
 
 def _where(rec: Recommendation, names: Mapping[int, str]) -> Html:
-    ops = [f"{names[r]} (row {r})" for r in rec.row_ids if r in names]
+    ops = [names[r] for r in rec.row_ids if r in names]
     label = rec.label or rec.subject
     kernel = rec.kernel_id
     return join([h("span", "rule "), h("code", rec.rule_id or "–"),
@@ -104,7 +104,7 @@ def _recommendation_card(rec: Recommendation, names: Mapping[int, str], step_s: 
 
 
 def _op_name(rec: Recommendation, names: Mapping[int, str]) -> str:
-    named = [f"{names[r]} (row {r})" for r in rec.row_ids if r in names]
+    named = [names[r] for r in rec.row_ids if r in names]
     return "; ".join(named) or rec.label or rec.subject
 
 
@@ -151,7 +151,9 @@ def _cards(recs: tuple[Recommendation, ...], names: Mapping[int, str],
            step_s: float | None) -> list[tuple[Html, int]]:
     """One card per recommendation, except that the leave-it verdicts of one rule share one card
     (placed where the first of them ranks): six "under 2 % — leave it" cards would repeat one citation.
-    Each card comes with how many recommendations it shows."""
+    Each card comes with how many recommendations it shows. A leave-it verdict on an op that a fix
+    card names is left out: the report would otherwise tell you to fix it and to leave it."""
+    recs = without_contradicted_leave_its(recs)
     by_rule: dict[str, list[Recommendation]] = {}
     for rec in recs:
         if rec.tier == "leave-it":
@@ -167,6 +169,21 @@ def _cards(recs: tuple[Recommendation, ...], names: Mapping[int, str],
     return cards
 
 
+def without_contradicted_leave_its(recs: tuple[Recommendation, ...]) -> tuple[Recommendation, ...]:
+    """The leave-it verdicts whose ops no other recommendation tells you to fix."""
+    fixed = {r for rec in recs if rec.tier != "leave-it" for r in rec.row_ids}
+    return tuple(rec for rec in recs if rec.tier != "leave-it" or not fixed.intersection(rec.row_ids))
+
+
+def op_names(ops: pd.DataFrame) -> dict[int, str]:
+    """row_id → "aten::mm (#3)": # is the op's rank by device time, as in the hotspot table and on
+    the roofline chart, so one op has one number everywhere in the report."""
+    if "row_id" not in ops:
+        return {}
+    ordered = ordered_ops(ops)
+    return {int(r): f"{n} (#{i + 1})" for i, (r, n) in enumerate(zip(ordered["row_id"], ordered["name"].astype(str)))}
+
+
 def recommendations_section(recs: tuple[Recommendation, ...] | None, ops: pd.DataFrame,
                             meta: Mapping[str, Any]) -> Html:
     title = h("h2", "Recommendations")
@@ -176,7 +193,7 @@ def recommendations_section(recs: tuple[Recommendation, ...] | None, ops: pd.Dat
     if not recs:
         note = "`advisor recommend` found nothing worth recommending in this run."
         return h("section", title, h("p", note, class_="note"), id="recommendations")
-    names = dict(zip(ops["row_id"].astype(int), ops["name"].astype(str))) if "row_id" in ops else {}
+    names = op_names(ops)
     step = step_time_of(meta)
     step_s = step.value_s if step is not None else None
     cards = _cards(recs, names, step_s)
