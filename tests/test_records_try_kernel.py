@@ -14,7 +14,7 @@ from kernel_advisor.records.base import RecordError
 from kernel_advisor.records.try_kernel import FILE, SCHEMA_VERSION, VARIANT_KEYS, TryKernelRecord
 from kernel_advisor.trykernel.results import (GateSummary, OpTiming, Prediction, TryReport, VariantResult,
                                               report_json)
-from kernel_advisor.trykernel.timing import Estimate
+from kernel_advisor.collect.loop_timing import Estimate
 
 
 def variant(name: str, kind: str, status: str, **over) -> VariantResult:

@@ -54,9 +54,16 @@ def measure_and_render(report: Report, doc: dict[str, Any], meta: Mapping[str, A
         console.warn(note)
     options = SearchOptions(budget_s=args.budget_s)
     progress, report_cb = console.step_progress(enabled=True, lines_when_piped=True)
-    with progress:
-        doc, m = measure_document(report, doc, loaded, mode, options, args.top, args.also, report_cb, run_dir,
-                                  meta.get("device_busy_frac"), console.diagnostics_to)
+    try:
+        with progress:
+            doc, m = measure_document(report, doc, loaded, mode, options, args.top, args.also, report_cb, run_dir,
+                                      meta.get("device_busy_frac"), console.diagnostics_to)
+    except KeyboardInterrupt:
+        from kernel_advisor.cli.app import fail
+        from kernel_advisor.records.experiments import FILE
+
+        fail(f"interrupted — what was measured so far is in {run_dir / FILE} (\"complete\": false); "
+             "recommendations.json is unchanged", 130)
     if args.emit_plan is not None:
         _emit_plan(args.emit_plan, m, loaded, mode)
     if fmt == "json":

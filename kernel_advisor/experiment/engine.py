@@ -41,10 +41,12 @@ class Measured:
     reference: str  # how the gate's reference was computed
     timing: str  # the regime, for people
     record: ExperimentsRecord
+    steps_per_window: int = 0  # the back-to-back window the steps were timed in
 
     def to_json(self) -> dict:
         return {"eager_step_s": _interval(self.eager_step_s), "eager_sync_step_s": _interval(self.eager_sync_step_s),
-                "reference": self.reference, "timing": self.timing, "explored": self.record.explored,
+                "reference": self.reference, "timing": self.timing, "steps_per_window": self.steps_per_window,
+                "explored": self.record.explored,
                 "pruned": self.record.pruned, "skipped": self.record.skipped, "elapsed_s": self.record.elapsed_s,
                 "log": self.record.log}
 
@@ -60,7 +62,8 @@ def measure_actions(loaded: LoadedModel, mode: str, names: Sequence[str], option
     record = journal.record(state)
     plan = _plan(state)
     return Measured({t.name: t.outcome for t in state.trials if t.outcome is not None}, plan, state.eager_s,
-                    state.eager_sync_s, reference.reason, state.regime or "nothing was timed", record)
+                    state.eager_sync_s, reference.reason, state.regime or "nothing was timed", record,
+                    state.steps_per_window)
 
 
 class _Journal:
