@@ -2,9 +2,11 @@
 # The GPU pass behind docs/benchmarks.md: GPU tests, calibration, every benchmark.
 # Run on the GPU machine from the repo root: benchmarks/gpu_pass.sh OUTDIR STEP...
 # Steps: gpu_tests calibrate profile ncu recommend kernels cuda_kernels tune try_kernel
-#        measure_tests advice coverage capture_runs kernels_csv kernels_csv_quick
+#        engine_tests exhaustive measure_tests advice coverage capture_runs kernels_csv kernels_csv_quick
 #        (one-off studies: benchmarks/studies/README.md)
 # advice: ADVICE_MODELS=a,b (default all) ADVICE_BUDGET_S=45; ADVISOR_COMMIT names the commit measured.
+# exhaustive: EXHAUSTIVE_MODELS=a,b EXHAUSTIVE_MODES=inference,train: the independent hand search
+#   (benchmarks/advice/exhaustive.py); fold it in with `exhaustive.py --merge OUTDIR/exhaustive.csv`.
 # kernels_csv: KERNELS_CSV_OPS="norms" (or rowwise, pointwise, op names; default all: > 10 min, so
 #   split it over calls), KERNELS_CSV_BUDGET_S=480; rows go to OUTDIR/kernels.csv, then here:
 #   python3 benchmarks/bench_kernels_csv.py --merge OUTDIR/kernels.csv && python3 benchmarks/render_kernels.py
@@ -62,6 +64,10 @@ for step in "${@:2}"; do
         cuda_kernels) run bench_cuda_kernels python3 benchmarks/bench_cuda_kernels.py --out "$out/cuda_kernels" ;;
         tune) run tune_rowwise python3 benchmarks/tune_rowwise.py --out "$out/tune" ;;
         try_kernel) run bench_try_kernel python3 benchmarks/bench_try_kernel.py --out "$out/try_kernel" ;;
+        engine_tests) run engine_tests python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_experiment_gpu.py \
+                          tests/test_measure_gpu.py tests/test_float8_gpu.py tests/test_rnn_coverage.py --timeout 400 ;;
+        exhaustive) run exhaustive python3 benchmarks/advice/exhaustive.py --models "$EXHAUSTIVE_MODELS" \
+                        --modes "${EXHAUSTIVE_MODES:-inference}" --out "$out/exhaustive.csv" ;;
         measure_tests) run measure_tests python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_measure_gpu.py \
                            tests/test_try_kernel_gpu.py tests/test_gpu_profile.py ;;
         advice) run advice python3 benchmarks/advice/run_advice.py --budget-s "${ADVICE_BUDGET_S:-45}" \

@@ -5,9 +5,9 @@ bundled kernels come in through their public functions (reference_kernels.regist
     python3 benchmarks/advice/exhaustive.py --models rmsnorm_dim1_4d,kl_div_loss --out OUT/exh.csv
 
 The cross product: compile mode (none, default, max-autotune-no-cudagraphs, reduce-overhead)
-× layout (as is; channels_last where the model holds 4-D weights) × cudnn.benchmark (conv
-models) × bundled kernel (none, or each kernel whose function family the model calls,
-substituted at torch.nn.functional level). A configuration must match eager's output
+× layout (as is; channels_last where the model holds 4-D weights) × bundled kernel, and
+cudnn.benchmark on eager (conv models) with either layout; each bundled kernel (none, or each kernel whose function family the model
+calls, substituted at torch.nn.functional level). A configuration must match eager's output
 (bfloat16 tolerance) to count; one that fails or raises is kept with its reason.
 Rows go to the advice CSV's columns with kind `exhaustive`; `--merge` folds them into
 benchmarks/data/advice.csv (keyed, so the sweep's own rows stay).
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.util
 import itertools
 import statistics
 import sys
@@ -33,6 +32,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE.parent))
 from docdata import upsert_rows, write_csv_atomic  # noqa: E402
+from run_advice import load_module  # noqa: E402
 from reference_kernels.registry import all_kernels  # noqa: E402
 
 COMPILE_MODES = ("", "default", "max-autotune-no-cudagraphs", "reduce-overhead")
@@ -49,10 +49,8 @@ TOLERANCE = {torch.bfloat16: 0.05, torch.float16: 0.02, torch.float32: 1e-3}  # 
 ROUNDS, TARGET_ROUND_S = 7, 0.1
 
 
-def load(path: Path, device: torch.device, dtype: torch.dtype):
-    spec = importlib.util.spec_from_file_location(f"exhaustive_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def load(path: Path, device: torch.device, dtype: torch.dtype, small: bool = False):
+    module = load_module(path, small)
     torch.manual_seed(0)
     init = module.get_init_inputs() if hasattr(module, "get_init_inputs") else []
     model = module.Model(*init).to(device, dtype)
@@ -108,36 +106,43 @@ def step_fn(model, inputs, mode: str):
     return train_step
 
 
+def sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def plain_loop_s(step, device) -> float:
     """Median over ROUNDS of a plain loop's mean step: n steps between two synchronizes."""
     n = 1
     while True:
-        torch.cuda.synchronize(device)
+        sync(device)
         t0 = time.perf_counter()
         for _ in range(n):
             step()
-        torch.cuda.synchronize(device)
+        sync(device)
         if time.perf_counter() - t0 >= TARGET_ROUND_S or n >= 4096:
             break
         n *= 2
     rounds = []
     for _ in range(ROUNDS):
-        torch.cuda.synchronize(device)
+        sync(device)
         t0 = time.perf_counter()
         for _ in range(n):
             step()
-        torch.cuda.synchronize(device)
+        sync(device)
         rounds.append((time.perf_counter() - t0) / n)
     return statistics.median(rounds)
 
 
-def configurations(model, step_families: set[str]):
+def configurations(model, step_families: set[str], device):
     four_d = any(p.dim() == 4 for p in model.parameters())
     kernels = [None] + [k for k in all_kernels() if k.id.split(".", 1)[1] in step_families
-                        and k.reason_if_unsatisfied("cuda") is None]
+                        and k.reason_if_unsatisfied(device.type) is None]
+    modes = COMPILE_MODES if device.type == "cuda" else COMPILE_MODES[:3]
     layouts = (False, True) if four_d else (False,)
     bench = (False, True) if four_d else (False,)
-    return list(itertools.product(COMPILE_MODES, layouts, bench, kernels))
+    # cudnn.benchmark is tried as the hand search tries it: on eager, with and without channels_last
+    return [c for c in itertools.product(modes, layouts, bench, kernels) if not (c[2] and c[0])]
 
 
 def name_of(compile_mode: str, channels_last: bool, cudnn_bench: bool, kernel) -> str:
@@ -167,7 +172,7 @@ def run_config(model, inputs, mode: str, config, reference, device) -> tuple[flo
             return base()
     try:
         out = step()
-        torch.cuda.synchronize(device)
+        sync(device)
         if kernel is not None and sub.calls == 0:
             return None, "the kernel took no call"
         err = (out.float() - reference.float()).norm() / reference.float().norm().clamp_min(1e-12)
@@ -182,15 +187,15 @@ def run_config(model, inputs, mode: str, config, reference, device) -> tuple[flo
         torch.backends.cudnn.benchmark = False
 
 
-def search_model(path: Path, mode: str, dtype: torch.dtype, device) -> list[dict]:
-    model, inputs = load(path, device, dtype)
+def search_model(path: Path, mode: str, dtype: torch.dtype, device, small: bool = False) -> list[dict]:
+    model, inputs = load(path, device, dtype, small)
     model.train(mode == "train")
     census = Census()
     with census:
         reference = step_fn(model, inputs, mode)().detach().clone()
     eager_s = plain_loop_s(step_fn(model, inputs, mode), device)
     rows = []
-    for config in configurations(model, census.families):
+    for config in configurations(model, census.families, device):
         step_s, reason = run_config(model, inputs, mode, config, reference, device)
         rows.append({"action": name_of(*config), "speedup": eager_s / step_s if step_s else None,
                      "measured_gain_frac": 1 - step_s / eager_s if step_s else None,
@@ -206,20 +211,23 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default="inference")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--small", action="store_true", help="the models' SMALL sizes (a CPU check of the script)")
     ap.add_argument("--merge", type=Path, nargs="+", metavar="CSV", help="fold outputs into --out")
     args = ap.parse_args(argv)
     if args.merge:
         return merge(args.merge, args.out or REPO / "benchmarks" / "data" / "advice.csv")
-    device = torch.device("cuda")
+    device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
-    meta = {"device_name": torch.cuda.get_device_name(device), "dtype": args.dtype, "kind": "exhaustive",
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    meta = {"device_name": name, "dtype": args.dtype, "kind": "exhaustive",
             "rule_id": "", "predicted_gain_frac": None, "speedup_low": None, "speedup_high": None,
-            "gpu": torch.cuda.get_device_name(device), "torch": torch.__version__,
+            "gpu": name, "torch": torch.__version__,
             "triton": _triton_version(), "commit": _commit(), "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
     rows = []
     for stem in [s for s in args.models.split(",") if s]:
         for mode in args.modes.split(","):
-            for r in search_model(HERE / "models" / f"{stem}.py", mode, dtype, device):
+            for r in search_model(HERE / "models" / f"{stem}.py", mode, dtype, device, args.small):
                 rows.append({**meta, "model": stem, "mode": mode, **r})
             _write(rows, args.out)
     return 0

@@ -34,9 +34,10 @@ from docdata import upsert_rows, write_csv_atomic  # noqa: E402
 
 KEY = ["model", "kind", "rule_id", "subject", "action", "device_name", "dtype", "mode"]
 VALUES = ["predicted_gain_frac", "measured_gain_frac", "speedup", "speedup_low", "speedup_high", "verdict",
-          "status", "reason", "rank", "gpu", "torch", "triton", "commit", "date"]
+          "status", "reason", "rank", "gpu", "torch", "triton", "commit", "date", "explored", "pruned", "wall_s"]
 COLUMNS = KEY + VALUES
-NUMERIC = ["predicted_gain_frac", "measured_gain_frac", "speedup", "speedup_low", "speedup_high", "rank"]
+NUMERIC = ["predicted_gain_frac", "measured_gain_frac", "speedup", "speedup_low", "speedup_high", "rank",
+           "explored", "pruned", "wall_s"]
 TEXT = [c for c in COLUMNS if c not in NUMERIC]
 SLICE = ["model", "device_name", "dtype", "mode"]  # one measurement of one model
 KIND_ORDER = {"rule": 0, "also": 1, "action": 2, "plan": 3, "hotspot": 4}
@@ -98,6 +99,7 @@ class Job:
     recommend_args: tuple[str, ...]  # after `recommend RUNDIR`
     small: bool
     recommend_timeout_s: float
+    mode: str = MODE
 
 
 def profile_options(path: Path, device: str, dtype: str, mode: str = MODE, steps: int = 5,
@@ -111,17 +113,17 @@ def profile_options(path: Path, device: str, dtype: str, mode: str = MODE, steps
 
 
 def plan_jobs(models: list[Path], device: str, dtype: str, budget_s: float, small: bool,
-              hotspots_only: bool = False) -> list[Job]:
+              hotspots_only: bool = False, mode: str = MODE) -> list[Job]:
     """`hotspots_only`: recommend without --measure (what the advice says per hotspot; minutes, not tens)."""
     jobs = []
     for path in models:
         extra = extra_args(path)
         label = f"autocast:{extra[extra.index('--autocast') + 1]}" if "--autocast" in extra else dtype
-        profile = profile_options(path, device, dtype)
+        profile = profile_options(path, device, dtype, mode)
         measure = ("--measure", "--budget-s", f"{budget_s:g}", *(a for act in ALSO for a in ("--also", act)))
         recommend = (*(() if hotspots_only else measure), "--format", "json")
         # --budget-s caps the measuring only; process start, model load and compiles come on top.
-        jobs.append(Job(path, label, profile, recommend, small, 2 * budget_s + 600))
+        jobs.append(Job(path, label, profile, recommend, small, 2 * budget_s + 600, mode))
     return jobs
 
 
@@ -138,7 +140,7 @@ def run_info(run_json: dict | None, job: Job, device: str) -> dict:
         gpu = name
         if dev.get("type") == "cuda":
             gpu = f"{name} ({dev.get('sm_count')} SMs, driver {dev.get('driver') or '?'})"
-    return {"model": job.model.stem, "device_name": name, "dtype": job.dtype_label, "mode": MODE, "gpu": gpu,
+    return {"model": job.model.stem, "device_name": name, "dtype": job.dtype_label, "mode": job.mode, "gpu": gpu,
             "torch": versions.get("torch") or "", "triton": versions.get("triton") or "",
             "commit": _commit(), "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
 
@@ -172,8 +174,11 @@ def rows_from_recommend(doc: dict, info: dict) -> list[dict]:
                      "predicted_gain_frac": act.get("predicted_gain_frac"), **_measured_values(act.get("measured"))})
     plan = doc.get("plan")
     if plan is not None:
+        search = doc.get("measurement") or {}  # the search: configurations timed, pruned, its wall time
         rows.append({**info, "kind": "plan", "rule_id": "+".join(plan.get("rules") or []), "subject": "",
-                     "action": "+".join(plan.get("actions") or []), **_measured_values(plan.get("measured"))})
+                     "action": "+".join(plan.get("actions") or []), **_measured_values(plan.get("measured")),
+                     "explored": search.get("explored"), "pruned": search.get("pruned"),
+                     "wall_s": search.get("elapsed_s")})
     rows += [hotspot_row(h, info) for h in doc.get("hotspots") or []
              if (h.get("share_pct") or 0.0) >= HOTSPOT_MIN_PCT]
     return [_complete(r) for r in rows]
@@ -344,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--budget-s", type=float, default=60.0, help="recommend --measure wall-time cap per model")
+    ap.add_argument("--mode", default=MODE, choices=("inference", "train"))
     ap.add_argument("--out", type=Path, default=DEFAULT_CSV)
     ap.add_argument("--small", action="store_true", help="run the models at their SMALL sizes")
     ap.add_argument("--dry-run-cpu", action="store_true", help="--device cpu --dtype keep --small: plumbing check")
@@ -365,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown model(s): {', '.join(unknown)}; known: {', '.join(m.stem for m in models)}")
         models = [m for m in models if m.stem in wanted]
 
-    jobs = plan_jobs(models, args.device, args.dtype, args.budget_s, args.small, args.hotspots_only)
+    jobs = plan_jobs(models, args.device, args.dtype, args.budget_s, args.small, args.hotspots_only, args.mode)
     failed = 0
     for i, job in enumerate(jobs, 1):
         t0 = time.perf_counter()
