@@ -54,3 +54,20 @@ class CorrectnessError(AdvisorError):
 
 class GateExceeded(AdvisorError):
     exit_code = ExitCode.GATE
+
+
+def exception_text(exc: BaseException) -> str:
+    """`Type: message` of an exception from code we do not control, on one line, never raising.
+
+    Only the first line of the message: the rest (a tensor's repr, a remote traceback) would
+    break the one-line error; `--debug` prints it all. A `__str__` that raises is not ours to fix.
+    """
+    name = type(exc).__name__
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - the user's __str__
+        return f"{name} (its message cannot be shown: str() raised)"
+    lines = [line.strip() for line in text.strip().splitlines()]
+    first = lines[0] if lines else ""
+    more = " …" if len([line for line in lines if line]) > 1 else ""
+    return f"{name}: {first}{more}" if first else name

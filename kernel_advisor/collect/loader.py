@@ -7,13 +7,16 @@ file, the line in *their* code and the fix.
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import importlib.util
 import inspect
+import os
 import re
+import stat
 import sys
 import traceback
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
@@ -21,7 +24,9 @@ from typing import Any, Callable
 import torch
 
 from kernel_advisor.collect.tree import map_tensors, tensor_leaves
-from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
+from kernel_advisor.collect.user_code import (UserCode, check_profiler_untouched, import_isolated, is_out_of_memory,
+                                              profiler_surface)
+from kernel_advisor.errors import AdvisorError, EnvironmentCapabilityError, UserInputError, exception_text
 
 DTYPES = {"keep": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -43,6 +48,8 @@ class LoadedModel:
     make_inputs: Callable[[int], list]  # seed -> a fresh draw of inputs, on device and cast
     autocast: torch.dtype | None = None  # steps run under torch.autocast(device, autocast)
     make_optimizer: Callable[[Any], Any] | None = None  # the file's make_optimizer(model), for train steps
+    user_code: UserCode | None = None  # entered around every call into the file's code (collect/user_code.py)
+    mutated_inputs: list[str] = field(default_factory=list)  # inputs the first step changed in place
 
 
 def resolve_device(device: str) -> torch.device:
@@ -65,18 +72,24 @@ def load_model(path: str | Path, entry: str | None = None, device: str = "auto",
     _check_autocast(autocast, dtype)
     dev = resolve_device(device)
     cast = DTYPES[dtype]
-    module = import_model_file(path)
+    user_code = UserCode(path)
+    profiler_before = profiler_surface()
+    module = import_model_file(path, user_code)
     make_model_and_inputs = _entry_factory(module, path, entry)
     torch.manual_seed(seed)
-    model, raw_inputs = make_model_and_inputs()
-    model = _place_model(model, dev, cast, path)
+    with user_code.running():
+        model, raw_inputs = make_model_and_inputs()
+        model = _place_model(model, dev, cast, path)
 
     def make_inputs(draw_seed: int) -> list:
         torch.manual_seed(draw_seed)
-        _, fresh = make_model_and_inputs(inputs_only=True)
-        return _place_inputs(fresh, dev, cast, path)
+        with user_code.running():
+            _, fresh = make_model_and_inputs(inputs_only=True)
+            return _place_inputs(fresh, dev, cast, path)
 
-    inputs = _place_inputs(raw_inputs, dev, cast, path)
+    with user_code.running():
+        inputs = _place_inputs(raw_inputs, dev, cast, path)
+    check_profiler_untouched(profiler_before, path.name)
     loss_fn = getattr(module, "loss_fn", None)
     if loss_fn is not None and not callable(loss_fn):
         raise UserInputError(f"{path.name}: loss_fn is not callable", "define `def loss_fn(output): ...`")
@@ -86,7 +99,8 @@ def load_model(path: str | Path, entry: str | None = None, device: str = "auto",
                              "define `def make_optimizer(model): return torch.optim.AdamW(model.parameters())`")
     return LoadedModel(path=path, sha256=file_sha256(path), entry=entry, module=module, model=model,
                        inputs=inputs, loss_fn=loss_fn, device=dev, dtype=cast, make_inputs=make_inputs,
-                       autocast=AUTOCAST_DTYPES[autocast] if autocast else None, make_optimizer=make_optimizer)
+                       autocast=AUTOCAST_DTYPES[autocast] if autocast else None, make_optimizer=make_optimizer,
+                       user_code=user_code)
 
 
 def _check_autocast(autocast: str | None, dtype: str) -> None:
@@ -114,12 +128,32 @@ def _check_path(path: Path) -> Path:
     if path.suffix != ".py":
         raise UserInputError(f"{path} is not a Python file",
                              "pass a .py file that defines Model and get_inputs()")
+    _check_regular_file(path)
     return path.resolve()
 
 
-def import_model_file(path: Path) -> ModuleType:
+def _check_regular_file(path: Path) -> None:
+    """A FIFO would block the read forever, a device (/dev/zero) never end: only regular files,
+    a symbolic link to one included."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        raise UserInputError(f"cannot read the model file {path}: {e.strerror}", "check the path") from None
+    if not stat.S_ISREG(mode):
+        what = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+        raise UserInputError(f"{path} is {what}, not a regular file",
+                             "pass the .py source file that defines Model and get_inputs()")
+
+
+def import_model_file(path: Path, user_code: UserCode | None = None) -> ModuleType:
+    """Run the file as a module, `user_code` entered (collect/user_code.py)."""
+    user_code = user_code or UserCode(path)
     name = f"advisor_model_{path.stem}_{uuid.uuid4().hex[:8]}"
-    spec = importlib.util.spec_from_file_location(name, path)
+    # The loader named explicitly: the file is Python source whatever its name (a `model.py`
+    # symlink to a file without .py), where spec_from_file_location guesses by the suffix.
+    loader = importlib.machinery.SourceFileLoader(name, str(path))
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling look the module up by name
     try:
@@ -133,7 +167,10 @@ def import_model_file(path: Path) -> ModuleType:
         raise UserInputError(f"{path.name}:{e.lineno}: syntax error: {e.msg}",
                              "fix the model file so `python FILE` runs") from None
     try:
-        exec(code, module.__dict__)  # noqa: S102 - running the user's model file is the point
+        with user_code.running():
+            import_isolated(path, lambda: exec(code, module.__dict__))  # noqa: S102 - running the user's file is the point
+    except AdvisorError:
+        raise
     except BaseException as e:  # noqa: BLE001 - includes SystemExit from a script's main()
         if isinstance(e, KeyboardInterrupt):
             raise
@@ -146,15 +183,18 @@ DTYPE_MISMATCH = re.compile(r"same dtype|expected .*dtype|expected scalar type|I
                             re.IGNORECASE)
 
 
-def user_code_error(path: Path, doing: str, exc: BaseException, cast: torch.dtype | None = None) -> UserInputError:
+def user_code_error(path: Path, doing: str, exc: BaseException, cast: torch.dtype | None = None) -> AdvisorError:
     """An error raised in the user's code, located at their innermost frame in their file.
 
     `cast` is the --dtype the model was cast to: a dtype mismatch under a 16-bit cast is
-    usually float32 state made in forward, which --autocast handles.
+    usually float32 state made in forward, which --autocast handles. Running out of memory
+    (the device's or the host's) is the environment's error, exit 2.
     """
+    if is_out_of_memory(exc):
+        return out_of_memory_error(doing, host=not isinstance(exc, torch.OutOfMemoryError))
     frame = _innermost_user_frame(path, exc)
     where = f"{path.name}:{frame.lineno} in {frame.name}" if frame else path.name
-    msg = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+    msg = exception_text(exc).rstrip(":")
     fix = "fix the model file (rerun with --debug for the full traceback)"
     if isinstance(exc, SystemExit):
         # `sys.exit(0)` must not end the advisor with 0 and no output, nor `sys.exit(3)` with 3.
@@ -165,7 +205,7 @@ def user_code_error(path: Path, doing: str, exc: BaseException, cast: torch.dtyp
         msg = f"{msg} (a BaseException, not an Exception)"
     if isinstance(exc, ModuleNotFoundError):
         fix = f"install the missing module '{exc.name}' or remove the import"
-    elif cast in AUTOCAST_DTYPES.values() and DTYPE_MISMATCH.search(str(exc)):
+    elif cast in AUTOCAST_DTYPES.values() and DTYPE_MISMATCH.search(msg):
         name = str(cast).replace("torch.", "")
         fix = (f"the model makes tensors of another dtype in forward: use --autocast {name} "
                f"instead of --dtype {name}")
@@ -289,16 +329,15 @@ def _call_user(path: Path, doing: str, fn: Callable, *args):
     try:
         return fn(*args)
     except BaseException as e:  # noqa: BLE001
-        if isinstance(e, KeyboardInterrupt):
+        if isinstance(e, (KeyboardInterrupt, AdvisorError)):  # ours: already the line to print
             raise
-        if isinstance(e, torch.OutOfMemoryError):
-            raise out_of_memory_error(doing) from e
         raise user_code_error(path, doing, e) from e
 
 
-def out_of_memory_error(doing: str) -> EnvironmentCapabilityError:
+def out_of_memory_error(doing: str, host: bool = False) -> EnvironmentCapabilityError:
+    what = "the machine's memory ran out" if host else "the device ran out of memory"
     return EnvironmentCapabilityError(
-        f"the device ran out of memory while {doing}",
+        f"{what} while {doing}",
         "use smaller inputs in get_inputs() or --dtype bfloat16")
 
 
@@ -308,7 +347,7 @@ def _as_input_list(path: Path, inputs: Any, what: str, where: str) -> list:
     if not isinstance(inputs, (list, tuple)):
         raise UserInputError(f"{path.name}: {what} returned {type(inputs).__name__}, not a list",
                              f"return a list of tensors from {what}")
-    if not tensor_leaves(list(inputs)):
+    if not tensor_leaves(list(inputs), "inputs"):
         raise UserInputError(f"{path.name}: {what} returned no tensors",
                              f"return at least one torch.Tensor from {what}")
     check_no_meta_inputs(inputs, where, what)
@@ -321,13 +360,13 @@ def _place_model(model: Any, dev: torch.device, cast: torch.dtype | None, path: 
                              "return an nn.Module (or a callable) as the model")
     if isinstance(model, torch.nn.Module):
         check_no_meta_model(model, code_site(path, getattr(type(model), "__init__", None)))
-        try:
-            model = model.to(dev)
-            if cast is not None:
-                model = model.to(cast)
-        except torch.OutOfMemoryError as e:
-            raise out_of_memory_error("moving the model to the device") from e
+        model = _call_user(path, "moving the model to the device (model.to)", _moved, model, dev, cast)
     return model
+
+
+def _moved(model: torch.nn.Module, dev: torch.device, cast: torch.dtype | None):
+    model = model.to(dev)
+    return model.to(cast) if cast is not None else model
 
 
 def _place_inputs(inputs: list, dev: torch.device, cast: torch.dtype | None, path: Path) -> list:
@@ -337,7 +376,4 @@ def _place_inputs(inputs: list, dev: torch.device, cast: torch.dtype | None, pat
             t = t.to(cast)
         return t
 
-    try:
-        return map_tensors(inputs, place)
-    except torch.OutOfMemoryError as e:
-        raise out_of_memory_error("moving the inputs to the device") from e
+    return _call_user(path, "moving the inputs to the device", map_tensors, inputs, place)

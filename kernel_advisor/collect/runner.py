@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from kernel_advisor.collect.loader import LoadedModel, code_site, out_of_memory_error, user_code_error
+from kernel_advisor.collect.loader import LoadedModel, code_site, user_code_error
 from kernel_advisor.collect.tree import tensor_leaves
 from kernel_advisor.errors import UserInputError
 
@@ -53,8 +53,6 @@ def make_step(loaded: LoadedModel, mode: str, optimizer: bool = True) -> Callabl
             loss = scalar_loss(loaded, out)
         try:
             loss.backward()
-        except torch.OutOfMemoryError as e:
-            raise out_of_memory_error("running backward") from e
         except KeyboardInterrupt:
             raise
         except BaseException as e:  # noqa: BLE001 - backward runs the model's own code too (autograd.Function)
@@ -62,14 +60,47 @@ def make_step(loaded: LoadedModel, mode: str, optimizer: bool = True) -> Callabl
         optimizer_step()
         return out
 
-    return inference_step if mode == "inference" else train_step
+    return _watched(loaded, inference_step if mode == "inference" else train_step)
+
+
+def _watched(loaded: LoadedModel, step: Callable[[], Any]) -> Callable[[], Any]:
+    """`step` inside the model's own process state (collect/user_code.py); the first call also
+    notes inputs the forward changed in place (`loaded.mutated_inputs`), since every step reuses
+    the same input tensors."""
+    user_code = loaded.user_code
+    if user_code is None:  # an in-memory model (api.profile): no file, nothing to set up
+        return step
+    first = [True]
+
+    def watched():
+        if not first:
+            with user_code.stepping():
+                return step()
+        first.clear()
+        before = _input_versions(loaded.inputs)
+        with user_code.running():
+            out = step()
+        loaded.mutated_inputs[:] = [path for path, t, version in before if _version(t) != version]
+        return out
+
+    return watched
+
+
+def _input_versions(inputs: list) -> list[tuple[str, torch.Tensor, int | None]]:
+    return [(path, t, _version(t)) for path, t in tensor_leaves(list(inputs), "inputs")]
+
+
+def _version(t: torch.Tensor) -> int | None:
+    """The tensor's in-place version counter (bumped by every in-place op on it or a view)."""
+    try:
+        return t._version
+    except RuntimeError:  # an inference-mode tensor has none
+        return None
 
 
 def _user_call(loaded: LoadedModel, what: str, fn: Callable, *args):
     try:
         return fn(*args)
-    except torch.OutOfMemoryError as e:
-        raise out_of_memory_error(what) from e
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 - the file's own optimizer code
@@ -85,8 +116,6 @@ def _autocast(loaded: LoadedModel):
 def _call_forward(loaded: LoadedModel, model, inputs):
     try:
         return model(*inputs)
-    except torch.OutOfMemoryError as e:
-        raise out_of_memory_error("running the forward pass") from e
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 - reported at the user's own frame, SystemExit included
@@ -137,11 +166,37 @@ def _forward_function(model: Any) -> Any:
 
 
 def nonfinite_outputs(output: Any) -> list[str]:
-    """Paths of floating outputs that contain NaN or Inf (warned about, not fatal)."""
+    """Paths of floating outputs that contain NaN or Inf (warned about, not fatal).
+
+    A sparse output is checked on its stored values; a meta output (a shape without data)
+    is refused: nothing downstream can compare or time what it never computed."""
     bad = []
     for path, t in tensor_leaves(output):
+        if t.is_meta:
+            raise UserInputError(f"the model's output {path} is on the meta device (a shape without data)",
+                                 "return tensors with data from forward: compute them on the model's device")
+        t = _stored_values(t)
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             n_nan = int(torch.isnan(t).sum())
             n_inf = int(torch.isinf(t).sum())
             bad.append(f"{path} ({n_nan} NaN, {n_inf} Inf of {t.numel()})")
     return bad
+
+
+def _stored_values(t: torch.Tensor) -> torch.Tensor:
+    """A sparse tensor's stored values (its zeros are finite), a dense one as it is."""
+    if t.layout == torch.sparse_coo:
+        return t._values()
+    if t.layout in (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc):
+        return t.values()
+    return t
+
+
+def mutated_inputs_warning(paths: list[str]) -> str | None:
+    """One line for inputs the forward changed in place: the steps did not all compute the same thing."""
+    if not paths:
+        return None
+    shown = ", ".join(paths[:3]) + (f" (and {len(paths) - 3} more)" if len(paths) > 3 else "")
+    return (f"the forward pass changes its input {shown} in place, and every step reuses the same inputs, so "
+            "each step computed on the values the previous one left (they can grow to Inf or NaN) — clone it in "
+            "forward (x = x.clone()) or use an out-of-place op; profiling went on")
