@@ -19,7 +19,7 @@ def region_view(run: Run, pattern: str) -> Run:
     estimated on the view are still a fraction of the real step (Amdahl).
     """
     seq = run.sequence
-    inside = seq[[fnmatch.fnmatchcase(r, pattern) for r in seq["region"]]]
+    inside = seq[_matching(seq["region"], pattern)]
     if inside.empty:
         known = ", ".join(sorted({r for r in seq["region"] if r})) or "none recorded"
         raise UserInputError(f"no op ran in a region matching '{pattern}'",
@@ -43,6 +43,13 @@ def region_view(run: Run, pattern: str) -> Run:
     ops = ops.sort_values("device_time_total_s", ascending=False, kind="stable").reset_index(drop=True)
     meta = dict(run.meta, region=pattern)
     return dataclasses.replace(run, ops=ops, sequence=inside.reset_index(drop=True), meta=meta)
+
+
+def _matching(regions: pd.Series, pattern: str) -> list[bool]:
+    """The regions named `pattern` exactly when there are any, else those it matches as a glob:
+    `blocks[0]` is a legal region name, and as a glob it would match only `blocks0`."""
+    exact = [r == pattern for r in regions]
+    return exact if any(exact) else [fnmatch.fnmatchcase(r, pattern) for r in regions]
 
 
 def region_summary(sequence: pd.DataFrame) -> pd.DataFrame:

@@ -67,6 +67,11 @@ def check_call_output(got: Any, expected: Any, tolerance: tuple[float, float]) -
     got_t, exp_t = _flatten(got), _flatten(expected)
     if got_t is None:
         return f"returned {type(got).__name__}, expected {_describe(expected)}", True
+    if isinstance(expected, torch.Tensor) and not isinstance(got, torch.Tensor):
+        # `return (y,)` for an op that returns one tensor: the dispatcher would fail to cast it
+        # in the model's forward, as if the model were wrong
+        return (f"returned a {type(got).__name__} of {len(got_t)} tensor{'s' if len(got_t) != 1 else ''}, "
+                f"expected {_describe(expected)} (not in a {type(got).__name__})"), True
     if len(got_t) != len(exp_t):
         return f"returned {len(got_t)} tensors, expected {len(exp_t)}", True
     for i, (g, e) in enumerate(zip(got_t, exp_t)):

@@ -3,6 +3,7 @@ when they cannot read the block. This is what a worker process runs."""
 from __future__ import annotations
 
 import json
+import re
 
 from kernel_advisor.collect.trace.collectives import collective_batch, collective_rows
 from kernel_advisor.collect.trace.columns import (convert, cpu_columns, gpu_annotation_columns, gpu_columns,
@@ -35,12 +36,32 @@ def _item_batch(item: tuple) -> dict | str:
         except (SlowPath, ValueError):  # ValueError: a number field holding something else
             pass
     try:
-        events = json.loads(b"[" + payload + b"]")
+        events = _events(payload)
     except json.JSONDecodeError as e:
         return f"is not valid JSON: {e.msg}"
     except UnicodeDecodeError as e:
         return f"is not UTF-8 text: {e.reason}"
     return rows_batch(rows_from_events(events))
+
+
+# kineto writes an event's name as it is, without JSON escaping: a region named `say "hi"`
+# (record_function, NVTX) is `"name": "say "hi"",` in its own trace. The name ends where the
+# next key, pid, begins.
+_KINETO_NAME = re.compile(rb'("name": ")(.*?)(",\s*"pid": )', re.DOTALL)
+
+
+def _events(payload: bytes) -> list:
+    try:
+        return json.loads(b"[" + payload + b"]")
+    except json.JSONDecodeError:
+        repaired = _KINETO_NAME.sub(_escaped_name, payload)
+    # strict=False: kineto also leaves control characters (a newline in a name) unescaped
+    return json.loads(b"[" + repaired + b"]", strict=False)
+
+
+def _escaped_name(match: re.Match) -> bytes:
+    name = match.group(2).replace(b"\\", b"\\\\").replace(b'"', b'\\"')
+    return match.group(1) + name + match.group(3)
 
 
 def rows_batch(rows: dict[str, list]) -> dict:
