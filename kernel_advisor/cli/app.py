@@ -54,7 +54,7 @@ def _readable_metavars(params: list, ctx) -> list:
         if getattr(param, "is_flag", False):
             continue
         if param.metavar is None:
-            shown = str(param.display_type_rich(ctx) or "").strip("<>")
+            shown = _type_text(param, ctx)
             choices = "|" in shown and "[" not in shown
             word = shown if choices else _METAVARS.get(param.name) or _BY_TYPE.get(shown.split()[0], "VALUE")
             if param.param_type_name == "argument":  # NB: an argument's metavar would rename it in the usage line
@@ -66,6 +66,17 @@ def _readable_metavars(params: list, ctx) -> list:
             words = _range_words(low, high)
             param._get_number_range_help_str = lambda words=words: words
     return params
+
+
+def _type_text(param, ctx) -> str:
+    """What typer's rich help would show as the type ("int", "auto|cuda|cpu"); typer releases
+    without `display_type_rich` (the GPU image's) get the same words from click's type."""
+    show = getattr(param, "display_type_rich", None)
+    if show is not None:
+        return str(show(ctx) or "").strip("<>")
+    kind = getattr(param, "type", None)
+    choices = getattr(kind, "choices", None)
+    return "|".join(map(str, choices)) if choices else str(getattr(kind, "name", "") or "")
 
 
 def _range_words(low, high) -> str:
