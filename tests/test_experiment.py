@@ -287,3 +287,36 @@ def test_unprofiled_training_gates_gradients_not_updated_weights(tmp_path):
     o = m.outcomes["sdpa"]
     assert o.status == "passed", o  # gradients compared; the optimizer moved nothing between draws
     assert o.gate["leaves"] > 1  # the output and every parameter's gradient
+
+
+# ---------------------------------------------------------------- the harness's own cost
+
+
+def test_each_compiled_variant_enters_through_a_code_object_of_its_own():
+    from kernel_advisor.trykernel.compiled import compile_in_own_frame
+
+    model = nn.Linear(4, 4)
+    a, b = compile_in_own_frame(model), compile_in_own_frame(model, "max-autotune-no-cudagraphs")
+    code_a, code_b = (type(m._orig_mod).forward.__code__ for m in (a, b))
+    assert code_a is not code_b and code_a.co_name != code_b.co_name  # one Dynamo cache entry per frame
+    x = torch.randn(3, 4)
+    assert a._orig_mod.inner is model and torch.equal(a._orig_mod(x), model(x))
+
+
+def test_the_loop_enters_no_grad_once_per_window_not_per_step():
+    from kernel_advisor.collect.runner import loop_step
+
+    seen = []
+
+    class Probe(nn.Module):
+        def forward(self, x):
+            seen.append(torch.is_grad_enabled())
+            return x * 2
+
+    loaded = loaded_of(Probe(), seeded(2, 3))
+    activate, step = loop_step(loaded, "inference")
+    with activate():
+        step(), step()
+    assert seen == [False, False]
+    step()  # outside the window's contexts the bare step is just the model's call
+    assert seen[-1] is True

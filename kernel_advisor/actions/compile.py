@@ -8,6 +8,7 @@ import torch
 
 from kernel_advisor.actions.base import Action, NotApplicable, Variant
 from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.trykernel.compiled import compile_in_own_frame
 
 MODES = {"compile": "default", "compile:reduce-overhead": "reduce-overhead",
          "compile:max-autotune-no-cudagraphs": "max-autotune-no-cudagraphs"}
@@ -21,7 +22,7 @@ def _preparer(name: str):
             raise NotApplicable("CUDA graphs (mode='reduce-overhead') need a CUDA device; this run is on the CPU")
         if isinstance(loaded.model, torch._dynamo.eval_frame.OptimizedModule):
             raise NotApplicable("the model is already compiled")
-        compiled = torch.compile(loaded.model, mode=mode)
+        compiled = compile_in_own_frame(loaded.model, mode)
         # params_of: the compiled wrapper names its parameters `_orig_mod.*`; gradients are compared by name.
         variant = Variant(name, compiled, f"torch.compile(model, mode={mode!r})", params_of=loaded.model,
                           stage="compile", context=_quiet_autotune if "autotune" in mode else contextlib.nullcontext)

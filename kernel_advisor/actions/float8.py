@@ -22,6 +22,7 @@ import torch
 
 from kernel_advisor.actions.base import Action, NotApplicable, Variant
 from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.trykernel.compiled import compile_in_own_frame
 
 MIN_CAPABILITY = (8, 9)  # fp8 tensor cores: Ada (8.9), Hopper (9.0), Blackwell (10.x)
 DIM_MULTIPLE = 16  # torch._scaled_mm: both GEMM dims of the weight a multiple of 16
@@ -139,7 +140,7 @@ def prepare_compiled(loaded: LoadedModel, mode: str) -> Variant:
     if isinstance(loaded.model, torch._dynamo.eval_frame.OptimizedModule):
         raise NotApplicable("the model is already compiled")
     v = prepare(loaded, mode)
-    compiled = torch.compile(v.model)
+    compiled = compile_in_own_frame(v.model)
     # params_of: the compiled wrapper names its parameters `_orig_mod.*`; gradients are compared by name.
     variant = Variant("float8:compile", compiled, f"{v.applied}; torch.compile(model)", params_of=v.model,
                       tolerance=float8_tolerance, stage="compile")

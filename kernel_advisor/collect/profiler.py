@@ -40,7 +40,7 @@ from kernel_advisor.collect.noise import Load, LoadSampler, step_too_wide
 from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
 from kernel_advisor.collect.nvtx_ranges import nvtx_range
 from kernel_advisor.collect.profiler_output import profiler_output_filtered, quietly
-from kernel_advisor.collect.runner import make_step, nonfinite_outputs
+from kernel_advisor.collect.runner import loop_step, make_step, nonfinite_outputs
 from kernel_advisor.collect.step_time import SteadyState, is_drifting, time_until_steady
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
@@ -89,8 +89,10 @@ def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Pa
                                                drifting=_drifting_on_any_rank(loaded.device))
         window = steps_per_window(statistics.median(unprofiled))
         sampler = LoadSampler()
-        loop = _loop_windows(step, steps, window, loaded.device, report, sampler)
-        loop, extra = _more_windows_while_noisy(step, loop, window, loaded.device, report, sampler)
+        activate, loop_body = loop_step(loaded, mode)  # the user's loop: its contexts once, not per step
+        with activate():
+            loop = _loop_windows(loop_body, steps, window, loaded.device, report, sampler)
+            loop, extra = _more_windows_while_noisy(loop_body, loop, window, loaded.device, report, sampler)
         if loaded.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(loaded.device)
         profiled = _profiled_steps(step, steps, sync, trace_path, loaded.device, report, with_stack)

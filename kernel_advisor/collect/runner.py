@@ -13,6 +13,7 @@ from typing import Any, Callable
 import torch
 
 from kernel_advisor.collect.loader import LoadedModel, code_site, user_code_error
+from kernel_advisor.collect.loop_timing import TimedStep
 from kernel_advisor.collect.tree import tensor_leaves
 from kernel_advisor.errors import UserInputError
 
@@ -63,6 +64,48 @@ def make_step(loaded: LoadedModel, mode: str, optimizer: bool = True) -> Callabl
     return _watched(loaded, inference_step if mode == "inference" else train_step)
 
 
+def loop_step(loaded: LoadedModel, mode: str) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """(activate, step) for timing the user's loop: what a `for` loop enters once around all its
+    steps (inference's no_grad and autocast, the model file's process state) is in `activate`,
+    entered once per window; `step` is what the loop body does. A train step keeps autocast per
+    step, as torch.autocast asks for around forward and loss only."""
+    if mode != "inference":
+        stepping = loaded.user_code.stepping if loaded.user_code is not None else contextlib.nullcontext
+        return stepping, _unwatched(make_step(loaded, mode))
+    model, inputs = loaded.model, loaded.inputs
+    if isinstance(model, torch.nn.Module):
+        model.train(False)
+
+    def activate():
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.no_grad())
+        stack.enter_context(_autocast(loaded))
+        if loaded.user_code is not None:
+            stack.enter_context(loaded.user_code.stepping())
+        return stack
+
+    return activate, lambda: _call_forward(loaded, model, inputs)
+
+
+def timed_loop(name: str, loaded: LoadedModel, mode: str,
+               context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> TimedStep:
+    """The user's loop of `loaded` (its model and inputs) as the harness times it, `context`
+    (a variant's flags and substitutions) entered with the loop's own once per window."""
+    activate, step = loop_step(loaded, mode)
+
+    def both():
+        stack = contextlib.ExitStack()
+        stack.enter_context(context())
+        stack.enter_context(activate())
+        return stack
+
+    return TimedStep(name, both, step)
+
+
+def _unwatched(step: Callable[[], Any]) -> Callable[[], Any]:
+    return getattr(step, "unwatched", step)
+
+
 def _watched(loaded: LoadedModel, step: Callable[[], Any]) -> Callable[[], Any]:
     """`step` inside the model's own process state (collect/user_code.py); the first call also
     notes inputs the forward changed in place (`loaded.mutated_inputs`), since every step reuses
@@ -83,6 +126,7 @@ def _watched(loaded: LoadedModel, step: Callable[[], Any]) -> Callable[[], Any]:
         loaded.mutated_inputs[:] = [path for path, t, version in before if _version(t) != version]
         return out
 
+    watched.unwatched = step  # the bare step, for a caller that enters the process state itself
     return watched
 
 

@@ -24,9 +24,9 @@ from typing import Callable, Iterator, Sequence
 import torch
 
 from kernel_advisor.collect.loader import LoadedModel
-from kernel_advisor.collect.loop_timing import (Estimate, TimedStep, interleaved_windows_s, median_ci, regime_label,
+from kernel_advisor.collect.loop_timing import (Estimate, interleaved_windows_s, median_ci, regime_label,
                                                speedup_ci, autorange_steps, synchronized_s, verdict)
-from kernel_advisor.collect.runner import make_step
+from kernel_advisor.collect.runner import timed_loop
 from kernel_advisor.experiment import space
 from kernel_advisor.experiment.budget import Budget
 from kernel_advisor.experiment.outcome import Outcome
@@ -143,8 +143,8 @@ def _final(loaded, mode, options: SearchOptions, budget: Budget, state: SearchSt
 def _time(loaded: LoadedModel, mode: str, trials: Sequence[Trial], windows: int, warmup: int, state: SearchState,
           budget: Budget) -> None:
     """Time `trials` interleaved with eager; each gets a passed outcome from these windows."""
-    eager = TimedStep(EAGER, contextlib.nullcontext, make_step(loaded, mode))
-    steps = [TimedStep(t.name, t.variant.context, _variant_step(loaded, mode, t)) for t in trials]
+    eager = timed_loop(EAGER, loaded, mode)
+    steps = [timed_loop(t.name, _variant_loaded(loaded, t), mode, t.variant.context) for t in trials]
     with _weights_kept(loaded, mode):
         times = interleaved_windows_s([eager, *steps], windows, state.steps_per_window, warmup, loaded.device,
                                       deadline_s=budget.end)
@@ -176,18 +176,19 @@ def _weights_kept(loaded: LoadedModel, mode: str) -> Iterator[None]:
                 v.copy_(saved[k])
 
 
-def _variant_step(loaded: LoadedModel, mode: str, t: Trial):
+def _variant_loaded(loaded: LoadedModel, t: Trial) -> LoadedModel:
     v = t.variant
-    return make_step(dataclasses.replace(loaded, model=v.model, inputs=v.convert_inputs(loaded.inputs)), mode)
+    return dataclasses.replace(loaded, model=v.model, inputs=v.convert_inputs(loaded.inputs))
 
 
 def _learn_window(state: SearchState, loaded: LoadedModel, mode: str) -> None:
     """Size the window once, on eager's step timed back to back; eager's synchronized step beside it."""
     if state.steps_per_window:
         return
-    step = make_step(loaded, mode)
-    state.steps_per_window = autorange_steps(step, loaded.device)
-    state.eager_sync_s = median_ci([synchronized_s(step, loaded.device) for _ in range(SYNC_SAMPLES)])
+    eager = timed_loop(EAGER, loaded, mode)
+    with eager.activate():
+        state.steps_per_window = autorange_steps(eager.step, loaded.device)
+        state.eager_sync_s = median_ci([synchronized_s(eager.step, loaded.device) for _ in range(SYNC_SAMPLES)])
     state.regime = regime_label(loaded.device, state.steps_per_window)
 
 

@@ -1,7 +1,6 @@
 """Timing, per-op device time and peak memory for the variants that passed the gate."""
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import statistics
@@ -10,7 +9,7 @@ from typing import Sequence
 import torch
 
 from kernel_advisor.collect.loader import LoadedModel
-from kernel_advisor.collect.runner import make_step
+from kernel_advisor.collect.runner import make_step, timed_loop
 from kernel_advisor.trykernel import compiled as kernel_compiled
 from kernel_advisor.trykernel.candidates import baseline_markers
 from kernel_advisor.trykernel.prediction import RunEvidence, predict
@@ -47,14 +46,14 @@ def measure(loaded: LoadedModel, sets: Sequence[CandidateSet], outcome: GateOutc
     label, timed_sets, why = timing_plan(sets, outcome.gates, dev.type, options)
     timed_kernels, why_kernels = _with_kernels_plan(outcome, dev.type, label)
     eager_step = make_step(loaded, options.mode)
-    timed = [TimedStep(EAGER, contextlib.nullcontext, eager_step)]
+    timed = [timed_loop(EAGER, loaded, options.mode)]
     compile_ok = outcome.compile_gate is not None and outcome.compile_gate.status == "passed"
     if compile_ok:
-        step = make_step(dataclasses.replace(loaded, model=outcome.compiled), options.mode)
-        timed.append(TimedStep(compile_name(options), contextlib.nullcontext, step))
-    timed += [TimedStep(v.name, v.activate, make_step(dataclasses.replace(loaded, model=v.model),
-                                                         options.mode)) for v in timed_kernels]
-    timed += [TimedStep(s.name, activation(s, dev.type), eager_step) for s in timed_sets]
+        timed.append(timed_loop(compile_name(options), dataclasses.replace(loaded, model=outcome.compiled),
+                                options.mode))
+    timed += [timed_loop(v.name, dataclasses.replace(loaded, model=v.model), options.mode, v.activate)
+              for v in timed_kernels]
+    timed += [timed_loop(s.name, loaded, options.mode, activation(s, dev.type)) for s in timed_sets]
     times, peaks, ops, eager_device_s = {}, {}, {}, 0.0
     if label:
         times, label = user_loop_times(timed, options, dev)
@@ -87,11 +86,11 @@ def measure(loaded: LoadedModel, sets: Sequence[CandidateSet], outcome: GateOutc
 
 def user_loop_times(timed: Sequence[TimedStep], options: TryOptions, dev) -> tuple[dict[str, list[float]], str]:
     """Every variant in the user's loop regime (collect/loop_timing.py), as `recommend --measure`
-    times them; the window is sized on eager's synchronized step."""
+    times them."""
     eager = timed[0]
     with eager.activate():
         eager.step()
-        steps = autorange_steps(eager.step, dev)
+        steps = autorange_steps(eager.step, dev)  # the window's size, on eager's steps back to back
     times = interleaved_windows_s(timed, options.reps, steps, options.warmup, dev)
     return times, regime_label(dev, steps)
 

@@ -55,7 +55,7 @@ def try_candidates(loaded: LoadedModel, sets: Sequence[CandidateSet], options: T
 
 
 def _compile(loaded: LoadedModel, options: TryOptions):
-    return torch.compile(loaded.model, mode=options.compile_mode)
+    return kernel_compiled.compile_in_own_frame(loaded.model, options.compile_mode)
 
 
 def run_gate(loaded: LoadedModel, sets: Sequence[CandidateSet], compiled, options: TryOptions,
