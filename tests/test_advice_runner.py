@@ -335,3 +335,27 @@ def test_dry_run_cpu_end_to_end(tmp_path):
     also = rows[rows["kind"] == "also"].set_index("action")
     assert also.loc["compile", "status"] in {"passed", "error", "failed-gate"}
     assert (rows["dtype"] == "keep").all() and rows["commit"].str.len().min() >= 7
+
+
+def test_the_search_table_holds_the_plan_against_the_hand_searchs_best():
+    import render_advice
+
+    def row(model, kind, action, speedup, **extra):
+        return {"model": model, "kind": kind, "action": action, "speedup": speedup, "status": "passed",
+                "device_name": "H200", "dtype": "bfloat16", "mode": "inference", "date": "2026-11-28 08:00",
+                "commit": "abc1234", "explored": extra.get("explored"), "pruned": extra.get("pruned"),
+                "wall_s": extra.get("wall_s")}
+
+    df = pd.DataFrame([
+        row("a", "exhaustive", "compile", 2.0), row("a", "exhaustive", "eager", 1.0),
+        row("a", "plan", "compile", 1.99, explored=4, pruned=1, wall_s=30.4),  # 1.99 / 2.0 = 0.995: reached
+        row("b", "exhaustive", "channels_last + compile", 3.0),
+        row("b", "plan", "compile", 2.4, explored=6, pruned=2, wall_s=55.0),  # 2.4 / 3.0 = 0.80: below 0.9
+        row("c", "exhaustive", "compile", 1.1), row("c", "plan", "compile", 1.1),  # no win of 1.2x: not counted
+        row("d", "plan", "compile", 1.5),  # no hand search: not in the table
+    ])
+    text = render_advice.search(df)
+    assert "reached ≥ 0.98× the hand search's best on 1 of 2 models with a win ≥ 1.2×; below 0.9×: b." in text
+    assert "| a | compile | 2.00 | compile | 1.99 | 0.99 | 4 | 1 | 30 |" in text
+    assert "| b | channels_last + compile | 3.00 | compile | 2.40 | 0.80 | 6 | 2 | 55 |" in text
+    assert "| d |" not in text

@@ -241,7 +241,8 @@ def merge(parts: list[Path], out: Path) -> int:
     table = pd.read_csv(out, dtype=str, keep_default_na=False) if out.is_file() else pd.DataFrame(columns=COLUMNS)
     for part in parts:
         table = upsert_rows(table, pd.read_csv(part, dtype=str, keep_default_na=False), KEY)
-    write_csv_atomic(table[COLUMNS], out)
+    # the sweep's own columns (explored, pruned, wall_s) stay; ours are a subset of them
+    write_csv_atomic(table[[*COLUMNS, *(c for c in table.columns if c not in COLUMNS)]].fillna(""), out)
     return 0
 
 
@@ -254,7 +255,11 @@ def _triton_version() -> str:
 
 
 def _commit() -> str:
+    """ADVISOR_COMMIT when set (a copy of the tree whose .git is not the measured commit), else git's."""
+    import os
     import subprocess
+    if os.environ.get("ADVISOR_COMMIT"):
+        return os.environ["ADVISOR_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=REPO).stdout.strip()

@@ -25,6 +25,8 @@ from docdata import splice_block  # noqa: E402
 
 BEGIN, END = "<!-- advice:begin -->", "<!-- advice:end -->"
 RECALL_BEGIN, RECALL_END = "<!-- recall:begin -->", "<!-- recall:end -->"
+SEARCH_BEGIN, SEARCH_END = "<!-- search:begin -->", "<!-- search:end -->"
+CLOSE, NEAR = 0.98, 0.9  # the plan against the hand search's best: "reached", and the floor
 TOLERANCE = 0.15  # issue 17's aim: predicted within ±0.15 of measured (fraction of the step)
 TOP = 3
 BIG_WIN = 1.2  # issue 18: every measured win of at least this speedup must be named by the top three
@@ -256,6 +258,52 @@ def silent_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def search(df: pd.DataFrame) -> str:
+    """The plan `--measure` found against the independent exhaustive search (benchmarks/advice/
+    exhaustive.py), per model measured both ways; one block per (device, dtype, mode)."""
+    both = df[df["kind"].isin(["exhaustive", "plan"])]
+    blocks = []
+    for (device, dtype, mode), group in both.groupby(["device_name", "dtype", "mode"], sort=True):
+        rows = [r for r in (_search_row(m, g) for m, g in group.groupby("model", sort=True)) if r]
+        if rows:
+            blocks.append(_search_block(device, dtype, mode, rows, group))
+    return "\n\n".join(blocks) + "\n" if blocks else "_No model measured both ways yet._\n"
+
+
+def _search_row(model: str, g: pd.DataFrame) -> dict | None:
+    exh = g[(g["kind"] == "exhaustive") & (g["status"] == "passed") & g["speedup"].notna()]
+    plan = g[g["kind"] == "plan"]
+    if exh.empty or plan.empty:
+        return None
+    best, p = exh.loc[exh["speedup"].idxmax()], plan.iloc[0]
+    planned = p["speedup"] if p["status"] == "passed" and pd.notna(p["speedup"]) else 1.0  # no plan: eager
+    return {"model": model, "best": best["action"], "best_x": best["speedup"], "plan": p["action"] or "eager",
+            "plan_x": planned, "ratio": planned / best["speedup"], "explored": p["explored"], "pruned": p["pruned"],
+            "wall_s": p["wall_s"]}
+
+
+def _search_block(device: str, dtype: str, mode: str, rows: list[dict], group: pd.DataFrame) -> str:
+    wins = [r for r in rows if r["best_x"] >= BIG_WIN]
+    close = sum(r["ratio"] >= CLOSE for r in wins)
+    below = [r["model"] for r in wins if r["ratio"] < NEAR]
+    group = group[group["model"].isin([r["model"] for r in rows])]
+    dates = sorted(d[:10] for d in group["date"] if isinstance(d, str) and d)
+    head = (f"**{device}, {dtype}, {mode}** ({dates[0] if dates else '?'} to {dates[-1] if dates else '?'}, commits "
+            f"{', '.join(sorted(set(group['commit'])))}): the plan reached ≥ {CLOSE}× the hand search's best on "
+            f"{close} of {len(wins)} models with a win ≥ {BIG_WIN}×; below {NEAR}×: {', '.join(below) or 'none'}.")
+    lines = ["| model | hand search's best | × | plan | × | plan / best | timed | pruned | wall s |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {_cell(r['best'])} | {r['best_x']:.2f} | {_cell(r['plan'])} | "
+                     f"{r['plan_x']:.2f} | {r['ratio']:.2f} | {_int(r['explored'])} | {_int(r['pruned'])} | "
+                     f"{_int(r['wall_s'])} |")
+    return head + "\n\n" + "\n".join(lines)
+
+
+def _int(x) -> str:
+    return "—" if x is None or pd.isna(x) else f"{float(x):.0f}"
+
+
 def _num(x) -> str:
     return "—" if x is None or pd.isna(x) else f"{x:.2f}"
 
@@ -278,7 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     old = args.recall_docs.read_text() if args.recall_docs.is_file() else ""
     args.recall_docs.write_text(splice(old, recall(df), (RECALL_BEGIN, RECALL_END),
                                        "Recall: is the best measured fix among the top three?"))
-    print(f"wrote the measured-advice section of {args.docs} and the recall table of {args.recall_docs}")
+    text = args.docs.read_text()
+    args.docs.write_text(splice(text, search(df), (SEARCH_BEGIN, SEARCH_END),
+                                "The search against an exhaustive hand search"))
+    print(f"wrote the measured-advice and search sections of {args.docs} and the recall table of "
+          f"{args.recall_docs}")
     return 0
 
 

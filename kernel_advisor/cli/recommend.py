@@ -74,14 +74,15 @@ def recommend_command(
     top: Annotated[int, typer.Option("--top", min=1, help="Hotspots to explain; with --measure, also the "
                                      "number of recommendations (best predicted first) whose actions are measured.")] = 10,
     measure: Annotated[bool, typer.Option(
-        "--measure", help="Apply each recommendation's action to the run's model, gate it against eager and time "
-                          "it interleaved with eager; then the best non-conflicting actions combined (the plan).")] = False,
+        "--measure", help="Search the model's configurations (each recommended action, every compile mode, "
+                          "channels_last, bundled kernels, their combinations): gate each against eager, time it "
+                          "in the user's loop, plan the fastest (docs/measure.md).")] = False,
     budget_s: Annotated[Optional[float], typer.Option(
-        "--budget-s", min=1.0, metavar="S", help="With --measure: wall-time cap; what does not fit is reported "
-                                                 "as not measured.")] = None,
+        "--budget-s", min=1.0, metavar="S", help="With --measure: the search's wall time, compiles included; what "
+                                                 "cannot fit is skipped and says so.")] = None,
     also: Annotated[Optional[list[str]], typer.Option(
-        "--also", metavar="ACTION", help="With --measure: also measure this action (e.g. compile, "
-                                         "compile:reduce-overhead), recommended or not (repeatable).")] = None,
+        "--also", metavar="ACTION", help="With --measure: also search this action (e.g. "
+                                         "kernel:cuda.cross_entropy, float8), recommended or not (repeatable).")] = None,
     emit_plan: Annotated[Optional[Path], typer.Option(
         "--emit-plan", metavar="FILE.py", help="With --measure: write the measured plan as a module with "
                                                "apply_plan(model, example_inputs) -> model.")] = None,
