@@ -8,15 +8,7 @@ import pytest
 
 from battery.checks import BATTERY, previous_run
 from battery.hostile import TRACE, fails_cleanly, invoke, snapshot
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    home = tmp_path / ".advisor"
-    monkeypatch.setenv("ADVISOR_HOME", str(home))
-    monkeypatch.delenv("ADVISOR_DEBUG", raising=False)
-    monkeypatch.chdir(tmp_path)
-    return home
+from battery.hostile import home  # noqa: F401 - fixture
 
 
 @pytest.mark.parametrize("args", [

@@ -16,6 +16,7 @@ import torch
 
 from battery.checks import REPO, assert_nothing_partial, latest_text
 from battery.hostile import fails_cleanly, invoke, snapshot
+from battery.hostile import home  # noqa: F401 - fixture
 
 FAST = ("--steps", "1", "--warmup", "0")
 HEAD = "import torch\nimport torch.nn as nn\n"
@@ -27,15 +28,6 @@ SIMPLE = HEAD + textwrap.dedent("""
     def get_inputs():
         return [torch.randn(4, 8)]
 """)
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    home = tmp_path / ".advisor"
-    monkeypatch.setenv("ADVISOR_HOME", str(home))
-    monkeypatch.delenv("ADVISOR_DEBUG", raising=False)
-    monkeypatch.chdir(tmp_path)
-    return home
 
 
 def model_file(directory: Path, name: str, body: str) -> Path:

@@ -11,14 +11,11 @@ import pytest
 
 from battery.checks import BATTERY, previous_run
 from battery.hostile import fails_cleanly, invoke, snapshot
+from battery.hostile import home  # noqa: F401 - fixture
 
 
 @pytest.fixture
-def run(tmp_path, monkeypatch):
-    home = tmp_path / ".advisor"
-    monkeypatch.setenv("ADVISOR_HOME", str(home))
-    monkeypatch.delenv("ADVISOR_DEBUG", raising=False)
-    monkeypatch.chdir(tmp_path)
+def run(home):
     return previous_run(home)
 
 

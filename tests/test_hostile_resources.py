@@ -19,14 +19,7 @@ import pytest
 
 from battery.checks import REPO
 from battery.hostile import fails_cleanly, invoke, ops, trace_doc, write_trace
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / ".advisor"))
-    monkeypatch.delenv("ADVISOR_DEBUG", raising=False)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path / ".advisor"
+from battery.hostile import home  # noqa: F401 - fixture
 
 
 def gzip_members(*parts: tuple[bytes, int]) -> bytes:

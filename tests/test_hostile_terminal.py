@@ -11,17 +11,10 @@ import json
 import pytest
 
 from battery.hostile import fails_cleanly, invoke, renamed_trace
+from battery.hostile import home  # noqa: F401 - fixture
 
 ESC_NAME = "aten::\x1b[31mred\x1b]8;;http://evil.example\x07link\x1b]8;;\x07\x9b2J"
 MARKUP_NAME = "[link=http://evil.example]click[/link][bold red]x"
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / ".advisor"))
-    monkeypatch.delenv("ADVISOR_DEBUG", raising=False)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path / ".advisor"
 
 
 def no_controls(text: str) -> None:

@@ -23,27 +23,13 @@ import torch.nn.functional as F
 
 from battery.checks import (BATTERY, REPO, assert_clean_failure, assert_nothing_partial, assert_result_fails,
                             invoke, latest_text, previous_run)
+from battery.signals import default_sigint, default_sigint_in_child  # noqa: F401 - autouse fixture
 
 B = str(BATTERY)
 SOFTMAX_MODEL = BATTERY / "softmax_model.py"
 DATA = Path(__file__).parent / "data"
 INTERRUPTED = ("interrupted", "the last complete run is unchanged")
 MARKER_TIMEOUT_S = 120  # torch's import alone takes seconds on a loaded 2-core machine
-
-
-@pytest.fixture(autouse=True)
-def default_sigint():
-    """Ctrl-C as a terminal delivers it, even when pytest itself runs with SIGINT ignored (a
-    background job: `trap '' INT`, `nohup`), which Python keeps instead of its own handler."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
-
-
-def _default_sigint_in_child() -> None:
-    """Popen's preexec_fn: an ignored SIGINT survives exec, so the child would never see Ctrl-C;
-    SIG_DFL lets its Python install the handler that raises KeyboardInterrupt."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.fixture
@@ -67,7 +53,7 @@ def softmax_run(home: Path) -> Path:
 def interrupt_when_marked(args: list[str], marker: Path, tmp: Path) -> tuple[int, str, str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     proc = subprocess.Popen([sys.executable, "-m", "kernel_advisor", *args], cwd=tmp, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_default_sigint_in_child)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=default_sigint_in_child)
     deadline = time.monotonic() + MARKER_TIMEOUT_S
     while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -19,25 +19,12 @@ import pytest
 
 from battery.checks import (BATTERY, REPO, assert_clean_failure, assert_nothing_partial, assert_result_fails,
                             invoke, latest_text, leftovers, previous_run)
+from battery.signals import default_sigint, default_sigint_in_child  # noqa: F401 - autouse fixture
 from kernel_advisor.collect import interrupts as I
 from kernel_advisor.collect.rundir import RunWriter, runs_root
 
 MARKER_TIMEOUT_S = 120
 
-
-@pytest.fixture(autouse=True)
-def default_sigint():
-    """Ctrl-C as a terminal delivers it, even when pytest itself runs with SIGINT ignored (a
-    background job: `trap '' INT`, `nohup`), which Python keeps instead of its own handler."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
-
-
-def _default_sigint_in_child() -> None:
-    """Popen's preexec_fn: an ignored SIGINT survives exec, so the child would never see Ctrl-C;
-    SIG_DFL lets its Python install the handler that raises KeyboardInterrupt."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 MODEL = """
 import torch
 
@@ -77,7 +64,7 @@ def profile_interrupted_at(point: str, tmp_path: Path) -> tuple[int, str, str, s
                ADVISOR_TEST_HOLD_AT=point, ADVISOR_TEST_HOLD_MARKER=str(marker))
     proc = subprocess.Popen([sys.executable, "-m", "kernel_advisor", "profile", str(model), "--device", "cpu",
                              "--steps", "2", "--warmup", "1"], cwd=tmp_path, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_default_sigint_in_child)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=default_sigint_in_child)
     deadline = time.monotonic() + MARKER_TIMEOUT_S
     while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)

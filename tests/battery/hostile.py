@@ -10,6 +10,8 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
+
 from battery.checks import BATTERY, assert_result_fails, invoke
 
 TRACE = BATTERY / "trace_small.json.gz"  # torch.profiler on CPU: softmax_model.py, 2 steps
@@ -51,3 +53,13 @@ def snapshot(*paths: Path) -> dict:
 
 
 __all__ = ["TRACE", "trace_doc", "ops", "write_trace", "renamed_trace", "fails_cleanly", "snapshot", "invoke"]
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A fresh ADVISOR_HOME in the test's tmp dir, which is also the working directory."""
+    home = tmp_path / ".advisor"
+    monkeypatch.setenv("ADVISOR_HOME", str(home))
+    monkeypatch.delenv("ADVISOR_DEBUG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return home
