@@ -18,7 +18,9 @@ from kernel_advisor.recommend.calibration import calibrated
 from kernel_advisor.recommend.conditions import Check, Range, evaluate
 from kernel_advisor.recommend.evidence import RunContext, run_context
 from kernel_advisor.recommend.explain import CompileReport
-from kernel_advisor.recommend.gain import EXPOSED_COMM, HOST_GAPS, estimate_gain, evidence_with_gain
+from kernel_advisor.recommend.gain import (
+    EXPOSED_COMM, HOST_GAPS, changes_roof, estimate_gain, evidence_with_gain, gain_frac_of_step, in_step_time,
+    profiled_to_step_factor, without_at_roof_rows)
 from kernel_advisor.recommend.kernels import resolve_kernel, try_kernel_command
 from kernel_advisor.recommend.messages import fill_message
 from kernel_advisor.recommend.schema import LADDER, Rule
@@ -92,6 +94,9 @@ def recommendation(engine: Engine, rule: Rule, subject: Subject, checks: tuple[C
     gain = calibrated(estimate_gain(rule.gain, subject, ctx, engine.ops, spec.id if spec else None),
                       action["action"], ctx.device_type,
                       subject.row_time_per_step_s)
+    if not changes_roof(rule.gain.model, action["action"]):
+        gain = without_at_roof_rows(gain, _efficiency_by_row(engine.ops))
+    gain = in_step_time(gain, step_factor(ctx))
     evidence = evidence_with_gain(dict(subject.evidence), gain, ctx)
     command = None
     if spec is not None:
@@ -105,6 +110,22 @@ def recommendation(engine: Engine, rule: Rule, subject: Subject, checks: tuple[C
         gain_basis=gain.basis, evidence=evidence, checks=checks, kernel_id=spec.id if spec else None,
         command=command, references=rule.references, caveats=rule.caveats,
         source=f"{rule.source}:{rule.line}", **action)
+
+
+def step_factor(ctx: RunContext) -> float:
+    """Profiled op time → the unprofiled step every share divides by (gain.profiled_to_step_factor)."""
+    return profiled_to_step_factor(ctx.step_s, max(ctx.device_time_per_step_s, ctx.device_busy_per_step_s))
+
+
+def _efficiency_by_row(ops: pd.DataFrame) -> dict[str, float]:
+    """Each op row's share of its roofline; host-bound rows are left out: what a fix saves there is
+    host time, which the device roofline does not bound."""
+    if "efficiency_frac" not in ops or "row_id" not in ops:
+        return {}
+    eff = pd.to_numeric(ops["efficiency_frac"], errors="coerce")
+    verdict = ops["verdict"] if "verdict" in ops else pd.Series("", index=ops.index)
+    return {str(int(r)): float(e) for r, e, v in zip(ops["row_id"], eff, verdict)
+            if pd.notna(e) and v != "host-bound"}
 
 
 def _action_of(rule: Rule, spec: KernelSpec | None) -> dict[str, str]:
@@ -172,7 +193,8 @@ def _finding(recs: list[Recommendation], ctx: RunContext) -> Finding:
         for row, s in r.row_saving_per_step_s.items():
             rows[row] = max(rows.get(row, 0.0), s)
     saving = sum(rows.values()) if known else None
-    pct = 100.0 * saving / ctx.step_s if saving is not None and ctx.step_s > 0 else None
+    frac = gain_frac_of_step(saving, ctx.step_s)
+    pct = 100.0 * frac if frac is not None else None
     head = recs[0]
     return Finding(head.rule_id, head.title, head.tier, tuple(recs), saving, pct,
                    within_noise=within_noise(saving, ctx.step_noise_s))
@@ -229,9 +251,10 @@ def rank_findings(recs: Iterable[Recommendation], rules: Sequence[Rule], ctx: Ru
     return [replace(f, rank=i + 1) for i, f in enumerate(rest)]
 
 
-def union_saving(recs: Iterable[Recommendation], subjects: Subjects) -> dict[str, float]:
-    """Per row, the largest saving any recommendation claims, capped at the row's own time."""
-    caps = {str(r): t for r, t in subjects.run.row_time_per_step_s.items()}
+def union_saving(recs: Iterable[Recommendation], subjects: Subjects, factor: float = 1.0) -> dict[str, float]:
+    """Per row, the largest saving any recommendation claims, capped at the row's own time
+    (scaled by `factor` to the unprofiled step, as the savings are: engine.step_factor)."""
+    caps = {str(r): t * factor for r, t in subjects.run.row_time_per_step_s.items()}
     caps[HOST_GAPS] = subjects.run.evidence.get("host_gap_per_step_s") or 0.0
     caps[EXPOSED_COMM] = subjects.run.evidence.get("exposed_comm_s") or 0.0
     best: dict[str, float] = {}

@@ -222,7 +222,62 @@ def estimate_gain(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.Dat
     return MODELS[spec.model](spec, subject, ctx, ops)
 
 
+AT_ROOF_FRAC = 0.85  # an op at this share of its roofline has nothing left for a faster kernel of it
+# Gain models that move the roof itself rather than chase it: a number format, fewer bytes
+# (a fused chain), time that is no op's (host gaps, exposed communication).
+ROOF_CHANGING_MODELS = ("precision", "tf32", "fusion-bytes", "fused-roofline", "launch-overhead", "exposed-comm",
+                        "none")
+# Actions that change the algorithm or the compute path, so the op's present roof does not bound them.
+ROOF_CHANGING_ACTIONS = ("sdpa", "float8", "float8:compile", "tf32", "bf16_autocast", "pad_gemm")
+
+
+def changes_roof(gain_model: str, action: str) -> bool:
+    return gain_model in ROOF_CHANGING_MODELS or action in ROOF_CHANGING_ACTIONS
+
+
+def without_at_roof_rows(gain: GainEstimate, efficiency_frac_by_row: Mapping[str, float]) -> GainEstimate:
+    """`gain` less its savings on ops already at >= AT_ROOF_FRAC of their roofline; the basis names each figure."""
+    at_roof = {row: eff for row, eff in efficiency_frac_by_row.items()
+               if row in gain.row_saving_per_step_s and math.isfinite(eff) and eff >= AT_ROOF_FRAC}
+    if not at_roof or gain.saving_per_step_s is None:
+        return gain
+    rows = {r: s for r, s in gain.row_saving_per_step_s.items() if r not in at_roof}
+    figures = ", ".join(f"row {r} at {eff:.0%}" for r, eff in sorted(at_roof.items()))
+    return GainEstimate(sum(rows.values()), rows,
+                        f"{gain.basis}; leave it: {figures} of its roofline (>= {AT_ROOF_FRAC:.0%}) saves nothing",
+                        gain.measured)
+
+
+def profiled_to_step_factor(step_s: float, profiled_op_time_per_step_s: float) -> float:
+    """What converts profiled op time into the unprofiled step's time (1 unless the ops outlast the step).
+
+    # NB: the profiler's overhead is taken to inflate every op in proportion to its time (on CPU the
+    # ops' own time is host time, which the profiler slows); device kernels it does not slow never
+    # outlast the step, so on a GPU this is 1.
+    """
+    if step_s <= 0 or profiled_op_time_per_step_s <= step_s:
+        return 1.0
+    return step_s / profiled_op_time_per_step_s
+
+
+def in_step_time(gain: GainEstimate, factor: float) -> GainEstimate:
+    """Op-row savings scaled by `factor` (profiled_to_step_factor); host gaps and communication already are."""
+    if factor == 1.0 or gain.saving_per_step_s is None:
+        return gain
+    rows = {r: (s if r in (HOST_GAPS, EXPOSED_COMM) else s * factor) for r, s in gain.row_saving_per_step_s.items()}
+    unattributed = gain.saving_per_step_s - sum(gain.row_saving_per_step_s.values())
+    return GainEstimate(sum(rows.values()) + unattributed * factor, rows,
+                        f"{gain.basis}; × {factor:.2f} profiled → unprofiled step time", gain.measured)
+
+
+def gain_frac_of_step(saving_per_step_s: float | None, step_s: float) -> float | None:
+    """A saving as a share of the one step time every figure uses; no saving exceeds the step."""
+    if saving_per_step_s is None or step_s <= 0:
+        return None
+    return min(max(saving_per_step_s, 0.0) / step_s, 1.0)
+
+
 def evidence_with_gain(evidence: dict[str, Any], gain: GainEstimate, ctx: RunContext) -> dict[str, Any]:
-    saving = gain.saving_per_step_s
-    pct = 100.0 * saving / ctx.step_s if saving is not None and ctx.step_s > 0 else None
-    return {**evidence, "gain_per_step_s": saving, "gain_pct": pct}
+    frac = gain_frac_of_step(gain.saving_per_step_s, ctx.step_s)
+    pct = 100.0 * frac if frac is not None else None
+    return {**evidence, "gain_per_step_s": gain.saving_per_step_s, "gain_pct": pct}

@@ -9,8 +9,9 @@ from reference_kernels.registry import KernelSpec
 
 from kernel_advisor.actions import fixed_by
 from kernel_advisor.recommend.engine import (
-    Finding, Recommendation, build_engine, rank_findings, run_rules, union_saving)
+    Finding, Recommendation, build_engine, rank_findings, run_rules, step_factor, union_saving)
 from kernel_advisor.recommend.evidence import RunContext
+from kernel_advisor.recommend.gain import gain_frac_of_step
 from kernel_advisor.recommend.explain import CompileReport
 from kernel_advisor.recommend.hotspots import Hotspot, hotspots
 from kernel_advisor.recommend.schema import Rule
@@ -35,13 +36,15 @@ def recommend(ops: pd.DataFrame, sequence: pd.DataFrame, meta: Mapping[str, Any]
               top_hotspots: int = 10) -> Report:
     engine = build_engine(ops, sequence, meta, rules, kernels, compile_report)
     recs, suppressed = run_rules(engine)
-    union = union_saving(recs, engine.subjects)
-    total = sum(union.values())
+    union = union_saving(recs, engine.subjects, step_factor(engine.ctx))
     step_s = engine.ctx.step_s
+    # NB: the union's rows are disjoint and each capped at its time in the step; a row table whose
+    # times overlap (streams) could still sum past the step, so the total is held to it.
+    total = min(sum(union.values()), step_s) if step_s > 0 else sum(union.values())
     return Report(
         ctx=engine.ctx, findings=tuple(rank_findings(recs, rules, engine.ctx)), suppressed=tuple(suppressed),
         hotspots=hotspots(engine, recs, suppressed, top_hotspots), row_saving_per_step_s=union,
-        total_saving_per_step_s=total, total_saving_pct=100.0 * total / step_s if step_s > 0 else None,
+        total_saving_per_step_s=total, total_saving_pct=100.0 * gain_frac_of_step(total, step_s) if step_s > 0 else None,
         rule_sources=tuple(dict.fromkeys(r.source for r in rules)), compile_report=compile_report,
         run_meta=dict(meta))
 
