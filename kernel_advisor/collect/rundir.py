@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+import numpy as np
 import pandas as pd
-from pandas.api.types import is_numeric_dtype
+from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
 from kernel_advisor.collect.interrupts import deferred_sigint, record_kept_run
 from kernel_advisor.errors import AdvisorError, EnvironmentCapabilityError, UserInputError
@@ -318,6 +319,9 @@ def load_run(path: str | Path) -> Run:
     # what readers cannot do without (records/columns.py); older runs lack first_seq and max_blocks
     _check_table(path / "ops.csv", ops, columns.OPS_REQUIRED)
     _check_table(path / "sequence.csv", sequence, columns.SEQUENCE_REQUIRED)
+    _check_values(path / "ops.csv", ops, columns.OPS_NON_NEGATIVE, columns.OPS_REQUIRED_NUMBERS)
+    _check_values(path / "sequence.csv", sequence, columns.SEQUENCE_NON_NEGATIVE, ())
+    _check_ops_totals(path / "ops.csv", ops, record.values.get("total_device_time_s"))
     if "kernels" in ops.columns:
         ops["kernels"] = [_renamed_items(k, columns.renames(version, columns.KERNELS)) for k in ops["kernels"]]
     return Run(path=path, meta=_current_meta(record.meta(), version), ops=ops, sequence=sequence)
@@ -358,4 +362,51 @@ def _check_table(path: Path, table: pd.DataFrame, required: tuple[str, ...]) -> 
     if table.empty:
         # profile and import refuse to write a run without ops: this one was emptied afterwards
         raise UserInputError(f"{path} is damaged: it has a header but no rows", fix)
+
+
+def _check_values(path: Path, table: pd.DataFrame, non_negative: tuple[str, ...], required: tuple[str, ...]) -> None:
+    """Numbers no profile writes (records/columns.py): ±inf anywhere, a negative value in
+    `non_negative`, an empty cell (NaN) in `required`; one line naming the file, column and row."""
+    for col in table.columns:
+        if not is_numeric_dtype(table[col]) or is_bool_dtype(table[col]):
+            continue
+        values = table[col].astype(float)
+        for bad, what in ((values.isna() if col in required else None, "an empty cell where a number is required"),
+                          (np.isinf(values), "an infinite value"),
+                          (values < 0 if col in non_negative else None, "a negative value")):
+            if bad is not None and bad.any():
+                raise UserInputError(f"{path} is damaged: column {col} holds {what} "
+                                     f"({_row_text(table, int(np.flatnonzero(bad.to_numpy())[0]))})",
+                                     "profile again to write a fresh run")
+
+
+# An op's device time, or all of theirs together, above the run's total device time (run.json
+# total_device_time_s) is impossible: both sum the same kernels' durations (collect/attribute.py),
+# and a sum of durations, unlike the step's wall time, already counts overlapping streams in full.
+# The slack covers rounding only; share_pct is the same ratio in percent.
+TOTAL_SLACK = 1e-3
+
+
+def _check_ops_totals(path: Path, ops: pd.DataFrame, total_s: Any) -> None:
+    fix = "profile again to write a fresh run"
+    limits = [("share_pct", 100.0, "100 %, the whole of the run's device time")]
+    if isinstance(total_s, (int, float)) and not isinstance(total_s, bool):
+        limits.insert(0, ("device_time_total_s", float(total_s),
+                          f"the run's total device time ({total_s:.6g} s, run.json total_device_time_s)"))
+    for col, limit, what in limits:
+        values = ops[col].astype(float)
+        ceiling = limit * (1 + TOTAL_SLACK) + 1e-12
+        worst = int(values.to_numpy().argmax())
+        if values.iloc[worst] > ceiling:
+            raise UserInputError(f"{path} is damaged: column {col} holds {values.iloc[worst]:.6g} "
+                                 f"({_row_text(ops, worst)}), more than {what}", fix)
+        if values.sum() > ceiling:
+            raise UserInputError(f"{path} is damaged: column {col} sums to {values.sum():.6g} over the ops, "
+                                 f"more than {what}", fix)
+
+
+def _row_text(table: pd.DataFrame, index: int) -> str:
+    """"data row 3, "aten::mm"": the 1-based row under the header, and its op's name, escaped."""
+    name = table["name"].iloc[index] if "name" in table.columns else ""
+    return f"data row {index + 1}" + (f", {json.dumps(name[:60], ensure_ascii=False)}" if name else "")
 

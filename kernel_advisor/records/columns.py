@@ -28,6 +28,16 @@ NUMERIC_COLUMNS = ("row_id", "calls", "device_time_total_s", "device_time_per_st
                    "share_pct", "cpu_time_total_s", "kernel_count", "kernel_time_per_launch_s", "max_blocks",
                    "first_seq", "seq", "step", "start_us", "flops_per_call", "bytes_per_call", "intensity",
                    "roofline_per_call_s", "headroom_total_s", "bytes")
+# What a run's reader refuses (collect/rundir.py): ±inf in any number column; a negative value
+# in these, which no profile writes (headroom_total_s is not one: runs written before analyze
+# clipped it at 0 hold negative headroom); NaN (a blank cell) in OPS_REQUIRED_NUMBERS, which
+# every op has (an unmodelled op's analyze columns are blank by design).
+OPS_NON_NEGATIVE = ("row_id", "calls", "device_time_total_s", "device_time_per_step_s", "device_time_per_call_s",
+                    "share_pct", "cpu_time_total_s", "kernel_count", "kernel_time_per_launch_s", "flops_per_call",
+                    "bytes_per_call", "intensity", "peak_flops_per_s", "bandwidth_bytes_per_s",
+                    "roofline_per_call_s", "achieved_flops_per_s", "achieved_bytes_per_s", "efficiency_frac")
+OPS_REQUIRED_NUMBERS = ("row_id", "calls", "device_time_total_s", "share_pct")
+SEQUENCE_NON_NEGATIVE = ("device_time_per_call_s",)
 
 # Places RENAMED_SINCE covers: a table's columns, the keys of each item of ops.csv's `kernels`
 # cells, the keys of each item of run.json's coverage["unmodelled"].
