@@ -106,9 +106,9 @@ def _is_block(node: yaml.Node) -> bool:
 
 # A schema is a dict (a mapping; a key ending in "?" is optional; the one key "*": any string
 # keys, each value of that schema), a one-item list (a list of that item) or a leaf kind: int, str, bool, pos (a positive finite number), and pos?,
-# int? (those or null).
+# int? (those or null), num (any number, a signed coefficient).
 _LEAF_TYPES: dict[str, tuple[str, ...]] = {
-    "int": ("int",), "str": ("str",), "bool": ("bool",),
+    "int": ("int",), "str": ("str",), "bool": ("bool",), "num": ("int", "float"),
     "pos": ("int", "float"), "pos?": ("int", "float", "null"), "int?": ("int", "null"),
 }
 _TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "str", type(None): "null"}

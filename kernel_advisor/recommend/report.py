@@ -78,3 +78,48 @@ def action_gain_frac(report: Report, action: str) -> float | None:
 
 
 MAX_GAIN_FRAC = 0.99
+
+
+def host_gap_frac(report: Report) -> float:
+    """The step's idle share the CUDA-graphs rule claims (the union's host-gaps row), as the fit saw it."""
+    from kernel_advisor.recommend.gain import HOST_GAPS
+    return gain_frac_of_step(report.row_saving_per_step_s.get(HOST_GAPS, 0.0), report.ctx.step_s) or 0.0
+
+
+def all_hotspots_at_roof(report: Report) -> bool:
+    """Every hotspot with a figure already at >= AT_ROOF_FRAC of its roofline: no kernel work is left."""
+    from kernel_advisor.recommend.gain import AT_ROOF_FRAC
+    figures = [h.efficiency_frac for h in report.hotspots if h.efficiency_frac is not None and h.verdict != "host-bound"]
+    return bool(figures) and len(figures) == len(report.hotspots) and min(figures) >= AT_ROOF_FRAC
+
+
+def action_gain_interval(report: Report, action: str, table=None):
+    """`action` on the whole model: the fitted gain model's {value, low, high} (recommend/gain_fit.py).
+
+    None when the rules claim nothing for it; 0 when every hotspot is at its roof and the action
+    does not move the roof."""
+    from kernel_advisor.recommend.gain import changes_roof
+    from kernel_advisor.recommend.gain_fit import (
+        GainInterval, family_fit, memory_bound_frac, predicted_gain_interval)
+    predicted = action_gain_frac(report, action)
+    if predicted is None:
+        return None
+    if all_hotspots_at_roof(report) and not changes_roof("", action):
+        return GainInterval(0.0, 0.0, 0.0)
+    gap = host_gap_frac(report)
+    features = {"predicted_frac": predicted, "host_gap_frac": gap,
+                "memory_bound_frac": memory_bound_frac(((h.share_pct, h.verdict, h.chosen_tier)
+                                                        for h in report.hotspots), gap)}
+    fit = family_fit(action, report.ctx.device_type, table)
+    return predicted_gain_interval(features, fit) if fit is not None else GainInterval(predicted, predicted, predicted)
+
+
+def action_predictions(report: Report) -> list[dict]:
+    """Each action the recommendations name, with its fitted interval, largest value first."""
+    names = dict.fromkeys(r.action for f in report.findings for r in f.recommendations if r.action != "none")
+    out = []
+    for action in names:
+        iv = action_gain_interval(report, action)
+        if iv is not None:
+            out.append({"action": action, "predicted_gain": iv.to_dict()})
+    return sorted(out, key=lambda a: -a["predicted_gain"]["value"])

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from kernel_advisor.recommend.engine import Finding, Recommendation
 from kernel_advisor.recommend.hotspots import Hotspot
-from kernel_advisor.recommend.report import Report
+from kernel_advisor.recommend.report import Report, action_predictions
 from kernel_advisor.records.recommendations import SCHEMA_VERSION as RECOMMENDATIONS_SCHEMA
 
 # recommendations.json's schema (records/recommendations.py): 2 added action, action_reason and
@@ -101,6 +101,8 @@ def report_to_dict(report: Report, run_dir: str | None = None) -> dict[str, Any]
         "total_estimated_gain_per_step_s": report.total_saving_per_step_s,
         "total_estimated_gain_frac": _frac(report.total_saving_pct),
         "row_gain_per_step_s": dict(report.row_saving_per_step_s),
+        # Optional for readers: the fitted whole-model gain per action, {value, low, high} (gain_fit.py).
+        "action_predictions": action_predictions(report),
         "findings": [_finding_dict(f) for f in report.findings],
         "recommendations": [_rec_dict(r, f.rank) for f in report.findings for r in f.recommendations],
         "suppressed": [{"rule_id": r.rule_id, "subject": r.subject, "label": r.label} for r in report.suppressed],
