@@ -9,8 +9,9 @@ from typer.testing import CliRunner
 
 from kernel_advisor.collect.rundir import load_run
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
-from kernel_advisor.render.roofline_chart import (POINTS_GID_PREFIX, caption, chart_format, draw_roofline,
-                                                  roofline_data, svg_for_html)
+from kernel_advisor.render.roofline_chart import (LABEL_GID_PREFIX, LABELLED_TOP, POINTS_GID_PREFIX, caption,
+                                                  chart_format, draw_roofline, roofline_data, roofline_figure,
+                                                  svg_for_html)
 from run_factory import H200_BANDWIDTH_BYTES_PER_S, OpSpec, gpt_like_ops, write_run
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
@@ -91,6 +92,67 @@ def test_point_count_follows_modelled_ops(tmp_path, n_ops, dtype, path):
     assert sum(svg_markers(chart.data).values()) == n_ops
     assert data.roofs == ((path, run.meta["ceilings"]["peak_flops_per_s"][path]),)
     assert data.unmodelled_ops == 1
+
+
+def _dense_run(tmp_path, layout: str):
+    """Points crowded together: (intensity FLOP/byte, achieved FLOP/s) per op, all fp32."""
+    n = {"cluster": 40, "identical": 12, "diagonal": 60, "by-the-legend": 30, "long-names": 25}[layout]
+    spots = {
+        "cluster": [(10 * (1 + 0.02 * (i % 7)), 2e12 * (1 + 0.03 * (i % 5))) for i in range(n)],
+        "identical": [(3.0, 1e12)] * n,
+        "diagonal": [(1.0 * 1.02 ** i, 4e11 * 1.02 ** i) for i in range(n)],
+        # high intensity, low FLOP/s: the lower right corner, where the legend sits
+        "by-the-legend": [(2e3 * (1 + 0.01 * i), 5e10 * (1 + 0.01 * (i % 4))) for i in range(n)],
+        "long-names": [(5.0 + 0.05 * i, 1e12) for i in range(n)],
+    }[layout]
+    ops = []
+    for i, (intensity, achieved) in enumerate(spots):
+        flops = intensity * 1e8
+        name = f"aten::op_{i}" + ("_" + "w" * 40 if layout == "long-names" else "")
+        ops.append(OpSpec(name, [[64, 64]], ["float32"], 1, flops / achieved * (1 + 0.01 * (n - i)), flops=flops,
+                          bytes=1e8, compute_path="fp32", verdict=("memory-bound", "latency-bound")[i % 2]))
+    return load_run(write_run(tmp_path / "run", ops, steps=1))
+
+
+def _overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+@pytest.mark.parametrize("layout", ["cluster", "identical", "diagonal", "by-the-legend", "long-names"])
+def test_point_labels_never_overlap(tmp_path, layout):
+    run = _dense_run(tmp_path, layout)
+    data = roofline_data(run.ops, run.meta)
+    chart = roofline_figure(data)
+    fig = chart.figure
+    ax = fig.axes[0]
+    fig.draw_without_rendering()  # measured as drawn: the label texts' own extents, after a full draw
+    renderer = fig.canvas.get_renderer()
+    labels = [t for t in ax.texts if (t.get_gid() or "").startswith(LABEL_GID_PREFIX)]
+    assert labels == list(chart.labels)
+    assert 1 <= len(labels) <= LABELLED_TOP
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    for i, a in enumerate(boxes):
+        for j in range(i):
+            assert not _overlap(a, boxes[j]), (labels[i].get_text(), labels[j].get_text(), a, boxes[j])
+    frame, legend = ax.get_window_extent(renderer), ax.get_legend().get_window_extent(renderer)
+    others = [t.get_window_extent(renderer) for t in ax.texts if t not in labels and t.get_text()]  # roof labels
+    for text, box in zip(labels, boxes):
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+        assert not _overlap(box, legend) and not any(_overlap(box, o) for o in others), text.get_text()
+    # Rank order wins: #1 always gets a label, and each label names its point by rank.
+    ranks = [int(t.get_gid()[len(LABEL_GID_PREFIX):]) for t in labels]
+    assert ranks[0] == 1 and ranks == sorted(ranks)
+    assert all(t.get_text().split()[0] == f"#{r}" for t, r in zip(labels, ranks))
+    # The saved SVG holds the same labels.
+    svg = draw_roofline(data, "svg").data.decode()
+    assert svg.count(f'id="{LABEL_GID_PREFIX}') == len(labels)
+
+
+def test_few_points_keep_their_full_labels_beside_them(gpt_run):
+    chart = roofline_figure(roofline_data(gpt_run.ops, gpt_run.meta))
+    assert [t.get_text() for t in chart.labels] == ["#1 aten::linear", "#2 aten::_softmax", "#3 aten::layer_norm",
+                                                    "#4 aten::add"]
+    assert all(t.get_position()[1] == 0 for t in chart.labels)  # level with their points: first ring, a side
 
 
 def test_bytes_only_kernels_are_counted_not_plotted(tmp_path):

@@ -1,6 +1,7 @@
 """The roofline chart: the device's roofs and every modelled hotspot, log-log, with matplotlib.
 
-`roofline_data` (pure) picks what is drawn; `draw_roofline` renders PNG or SVG bytes.
+`roofline_data` (pure) picks what is drawn; `roofline_figure` draws it and places the point
+labels so that none overlaps another; `draw_roofline` renders PNG or SVG bytes.
 matplotlib is the optional extra `kernel_advisor[plot]` and is imported only when drawing.
 Points are ops.csv rows: x = FLOP/byte, y = achieved FLOP/s, area ∝ device time, colour =
 verdict. Unmodelled ops, and ops with 0 FLOP (copies, fills: no place on a log FLOP axis),
@@ -148,7 +149,8 @@ def caption(data: RooflineData) -> str:
     if data.skipped:
         text += " Not plotted: " + "; ".join(f"{s.ops} {s.reason} ({fmt_pct(s.time_pct)})"
                                              for s in data.skipped) + "."
-    return text + f" Point area ∝ device time; the top {LABELLED_TOP} by time carry their rank (#)."
+    return text + (f" Point area ∝ device time; the top {LABELLED_TOP} by time carry their rank (#)"
+                   " where a label fits without overlapping another.")
 
 
 def _import_matplotlib():
@@ -170,23 +172,53 @@ def chart_format(suffix: str) -> str:
     return fmt
 
 
-def draw_roofline(data: RooflineData, fmt: str) -> RenderedChart:
-    """PNG or SVG bytes of the chart (Agg for PNG; no pyplot, no global backend change)."""
+# svg.fonttype none: text stays text (small, searchable); hashsalt + no date: same bytes every time.
+_RC = {"svg.fonttype": "none", "svg.hashsalt": "kernel_advisor", "font.size": 9}
+
+
+@dataclass(frozen=True)
+class ChartFigure:
+    """The drawn figure, its layout fixed: what draw_roofline saves, and what tests measure."""
+
+    figure: Any  # matplotlib.figure.Figure, with an Agg canvas
+    points: int  # markers drawn
+    labels: tuple[Any, ...]  # the point labels placed (matplotlib Text), by rank
+
+
+def roofline_figure(data: RooflineData) -> ChartFigure:
+    """The chart as a matplotlib Figure (no pyplot, no global backend change).
+
+    The constrained layout runs once, before the point labels are placed, and is then fixed:
+    the labels are placed in display coordinates (_place_labels), which a later layout pass
+    would move.
+    """
     matplotlib, Figure = _import_matplotlib()
-    fmt = chart_format(fmt)
-    # svg.fonttype none: text stays text (small, searchable); hashsalt + no date: same bytes every time.
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "kernel_advisor",
-                                "font.size": 9}):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    with matplotlib.rc_context(_RC):
         fig = Figure(figsize=(9.0, 5.6), dpi=110, layout="constrained")
+        FigureCanvasAgg(fig)
         ax = fig.add_subplot()
         x_lo, x_hi, y_lo, y_hi = _limits(data)
         _draw_roofs(ax, data, x_lo, x_hi)
         drawn = _draw_points(ax, data)
         _style_axes(ax, data, (x_lo, x_hi), (y_lo, y_hi))
+        fig.draw_without_rendering()
+        fig.set_layout_engine("none")
+        labels = _place_labels(ax, data)
+    return ChartFigure(figure=fig, points=drawn, labels=labels)
+
+
+def draw_roofline(data: RooflineData, fmt: str) -> RenderedChart:
+    """PNG or SVG bytes of the chart (Agg for PNG; no pyplot, no global backend change)."""
+    matplotlib, _ = _import_matplotlib()
+    fmt = chart_format(fmt)
+    chart = roofline_figure(data)
+    with matplotlib.rc_context(_RC):
         buffer = io.BytesIO()
         metadata = {"Date": None} if fmt == "svg" else {}
-        fig.savefig(buffer, format=fmt, metadata=metadata)
-    return RenderedChart(data=buffer.getvalue(), fmt=fmt, points=drawn)
+        chart.figure.savefig(buffer, format=fmt, metadata=metadata)
+    return RenderedChart(data=buffer.getvalue(), fmt=fmt, points=chart.points)
 
 
 def _limits(data: RooflineData) -> tuple[float, float, float, float]:
@@ -229,11 +261,96 @@ def _draw_points(ax, data: RooflineData) -> int:
                              label=f"{verdict} ({len(group)})", zorder=3)
         markers.set_gid(POINTS_GID_PREFIX + verdict)
         drawn += len(group)
-    for p in sorted(data.points, key=lambda p: p.rank)[:LABELLED_TOP]:
-        radius_pt = _area_pt2(p, biggest_s) ** 0.5 / 2  # scatter sizes are areas in points²
-        ax.annotate(f"#{p.rank} {shorten(p.name, 28)}", (p.intensity, p.achieved_flops_per_s),
-                    xytext=(radius_pt + 3, -3), textcoords="offset points", fontsize=8, zorder=4)
     return drawn
+
+
+# Point labels: the top LABELLED_TOP points by time, each "#rank name", placed greedily in rank
+# order at the first free spot among candidates around its point: 8 directions on rings ever
+# further out (beyond the first ring a leader line joins label and point). A spot is free when
+# the label's box, grown by LABEL_GAP_PX, stays inside the axes and meets no label placed
+# before it, no roof label and not the legend; among free spots the one covering the fewest
+# markers wins, then the nearer ring, then the direction order. A label with no free spot is
+# tried as "#rank" alone (the hotspot table names the op), and dropped when that fits nowhere
+# either: labels never overlap. Deterministic: the same chart places them the same way.
+LABEL_GID_PREFIX = "hotspot-label-"  # <g id="hotspot-label-<rank>"> in the SVG
+LABEL_GAP_PX = 2.0
+_LABEL_RINGS_PT = (3.0, 14.0, 26.0, 40.0)  # gap between marker edge and label, ring by ring
+# (dx, dy) toward the label, and the text's anchor on that side: right, left, above, below, diagonals
+_LABEL_DIRECTIONS = ((1, 0, "left", "center"), (-1, 0, "right", "center"), (0, 1, "center", "bottom"),
+                     (0, -1, "center", "top"), (1, 1, "left", "bottom"), (1, -1, "left", "top"),
+                     (-1, 1, "right", "bottom"), (-1, -1, "right", "top"))
+_DIAGONAL = 0.7071
+
+
+def _grown(box, pad: float):
+    from matplotlib.transforms import Bbox
+
+    return Bbox.from_extents(box.x0 - pad, box.y0 - pad, box.x1 + pad, box.y1 + pad)
+
+
+def _box_meets_circle(box, cx: float, cy: float, r: float) -> bool:
+    nearest_x, nearest_y = min(max(cx, box.x0), box.x1), min(max(cy, box.y0), box.y1)
+    return (nearest_x - cx) ** 2 + (nearest_y - cy) ** 2 < r * r
+
+
+def _place_labels(ax, data: RooflineData) -> tuple[Any, ...]:
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    px_per_pt = fig.dpi / 72.0
+    frame = ax.get_window_extent(renderer)
+    blocked = [t.get_window_extent(renderer) for t in ax.texts]  # the roof labels
+    legend = ax.get_legend()
+    if legend is not None:
+        blocked.append(legend.get_window_extent(renderer))
+    biggest_s = max((p.time_per_step_s for p in data.points), default=1.0) or 1.0
+    markers = [(*ax.transData.transform((p.intensity, p.achieved_flops_per_s)),
+                _area_pt2(p, biggest_s) ** 0.5 / 2 * px_per_pt) for p in data.points]
+    placed = []
+    for p in sorted(data.points, key=lambda p: p.rank)[:LABELLED_TOP]:
+        xy = (p.intensity, p.achieved_flops_per_s)
+        radius_pt = _area_pt2(p, biggest_s) ** 0.5 / 2  # scatter sizes are areas in points²
+        text = ax.annotate("", xy, xytext=(0, 0), textcoords="offset points", fontsize=8, zorder=4)
+        text.set_gid(f"{LABEL_GID_PREFIX}{p.rank}")
+        spot = None
+        for words in (f"#{p.rank} {shorten(p.name, 28)}", f"#{p.rank}"):
+            text.set_text(words)
+            spot = _free_spot(text, renderer, radius_pt, frame, blocked, markers)
+            if spot is not None:
+                break
+        if spot is None:
+            text.remove()
+            continue
+        ring, offset, ha, va, box = spot
+        text.set(position=offset, ha=ha, va=va)
+        blocked.append(_grown(box, LABEL_GAP_PX))
+        placed.append(text)
+        if ring > 0:  # detached from its point: a leader line from the label to the marker's edge
+            ax.annotate("", xy, xytext=offset, textcoords="offset points", zorder=4,
+                        arrowprops={"arrowstyle": "-", "color": "#616161", "lw": 0.6, "shrinkA": 0,
+                                    "shrinkB": radius_pt})
+    return tuple(placed)
+
+
+def _free_spot(text, renderer, radius_pt: float, frame, blocked: list, markers: list):
+    """(ring, offset in points, ha, va, box) of the best free spot for `text`, or None."""
+    best, best_key = None, None
+    for ring, gap_pt in enumerate(_LABEL_RINGS_PT):
+        for order, (dx, dy, ha, va) in enumerate(_LABEL_DIRECTIONS):
+            scale = _DIAGONAL if dx and dy else 1.0
+            offset = ((radius_pt + gap_pt) * dx * scale, (radius_pt + gap_pt) * dy * scale)
+            text.set(position=offset, ha=ha, va=va)
+            box = text.get_window_extent(renderer)
+            grown = _grown(box, LABEL_GAP_PX)
+            if not (frame.x0 <= grown.x0 and grown.x1 <= frame.x1 and frame.y0 <= grown.y0 and grown.y1 <= frame.y1):
+                continue
+            if any(grown.overlaps(b) for b in blocked):
+                continue
+            key = (sum(_box_meets_circle(box, *m) for m in markers), ring, order)
+            if best_key is None or key < best_key:
+                best, best_key = (ring, offset, ha, va, box), key
+        if best_key is not None and best_key[0] == 0:
+            break  # a spot covering no marker on this ring: a further ring can only be worse
+    return best
 
 
 def _style_axes(ax, data: RooflineData, xlim: tuple[float, float], ylim: tuple[float, float]) -> None:
