@@ -258,7 +258,7 @@ def test_float8_compile_compiles_the_float8_copy(monkeypatch):
     v = get_action("float8:compile").prepare(loaded, "train")
     try:
         assert isinstance(v.model, torch._dynamo.eval_frame.OptimizedModule)
-        assert v.params_of is v.model._orig_mod and v.params_of is not model  # gradients of the float8 copy
+        assert v.params_of is v.model._orig_mod.inner and v.params_of is not model  # gradients of the float8 copy
         assert v.stage == "compile" and v.tolerance is float8.float8_tolerance
         assert v.applied.endswith("; torch.compile(model)")
     finally:

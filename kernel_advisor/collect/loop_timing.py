@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -117,14 +117,6 @@ def interleaved_windows_s(variants: Sequence[TimedStep], windows: int, steps: in
         if time.monotonic() > deadline_s:
             break
     return times
-
-
-def plain_loop_s(step: Callable[[], object], steps: int, device: torch.device,
-                 activate: Callable[[], AbstractContextManager] = nullcontext) -> float:
-    """What a user's `for` loop would print: `steps` steps after one warm-up, mean step time."""
-    with activate():
-        step()
-        return window_s(step, steps, device)
 
 
 def _rotated(variants: Sequence[TimedStep], round_index: int) -> list[TimedStep]:
