@@ -362,6 +362,7 @@ def nvcc_builds(tmp_path_factory):
             for source, (proc, out) in procs.items()}
 
 
+@pytest.mark.slow  # nvcc builds every source for sm_90 first: ~35 s on 2 cores
 @pytest.mark.parametrize("source", build.CUDA_SOURCES)
 def test_cuda_source_compiles_for_sm90(source, nvcc_builds):
     returncode, stderr, out = nvcc_builds[source]

@@ -33,7 +33,7 @@ def profiled(tmp_path_factory):
 
 
 def test_stderr_carries_only_our_lines_while_the_search_compiles(profiled):
-    done = _advisor("recommend", profiled, "--measure", "--budget-s", "30", "--format", "json", cwd=profiled.parent)
+    done = _advisor("recommend", profiled, "--measure", "--budget-s", "15", "--format", "json", cwd=profiled.parent)
     assert done.returncode == 0, done.stderr[-2000:]
     json.loads(done.stdout)
     foreign = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("advisor:")]
@@ -46,7 +46,7 @@ def test_ctrl_c_halfway_leaves_a_partial_record_that_parses(profiled):
     record = profiled / "experiments.json"
     record.unlink(missing_ok=True)
     proc = subprocess.Popen([sys.executable, "-m", "kernel_advisor", "recommend", str(profiled), "--measure",
-                             "--budget-s", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             "--budget-s", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=profiled.parent, env={**os.environ, "PYTHONUNBUFFERED": "1"},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120

@@ -30,7 +30,7 @@ def measured(tmp_path_factory):
     result = invoke("profile", model, "--device", "cpu", "--steps", "2", "--warmup", "1", "--out", run)
     assert result.exit_code == 0, result.output
     # a budget keeps the search to seconds on 2 cores; the plan is written as code too
-    result = invoke("recommend", run, "--measure", "--budget-s", "40", "--emit-plan", tmp / "plan.py",
+    result = invoke("recommend", run, "--measure", "--budget-s", "15", "--emit-plan", tmp / "plan.py",
                     "--format", "json")
     assert result.exit_code == 0, result.output
     return run, json.loads(result.stdout)

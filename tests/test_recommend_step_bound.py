@@ -3,9 +3,10 @@ share of the step may exceed 100 %."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+
+from typer.testing import CliRunner
+
+from kernel_advisor.cli import app
 
 TINY = '''import torch, torch.nn as nn
 class Model(nn.Module):
@@ -19,18 +20,18 @@ def get_inputs():
 '''
 
 
-def _advisor(*args, cwd):
-    env = dict(os.environ, ADVISOR_HOME=str(cwd / ".advisor"))
-    return subprocess.run([sys.executable, "-m", "kernel_advisor", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+def _advisor(*args):
+    return CliRunner().invoke(app, list(args))
 
 
-def test_tiny_cpu_model_gain_reads_at_most_the_step(tmp_path):
+def test_tiny_cpu_model_gain_reads_at_most_the_step(tmp_path, monkeypatch):
+    monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / ".advisor"))
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "tiny.py").write_text(TINY)
-    p = _advisor("profile", "tiny.py", "--steps", "2", "--out", "run", cwd=tmp_path)
-    assert p.returncode == 0, p.stderr
-    r = _advisor("recommend", "run", "--format", "json", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    p = _advisor("profile", "tiny.py", "--device", "cpu", "--steps", "2", "--out", "run")
+    assert p.exit_code == 0, p.output
+    r = _advisor("recommend", "run", "--format", "json")
+    assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["total_estimated_gain_frac"] is not None and doc["total_estimated_gain_frac"] <= 1.0
     assert all(rec["estimated_gain_frac"] <= 1.0 for rec in doc["recommendations"]
