@@ -385,6 +385,7 @@ def children(tmp_path_factory):
     return done
 
 
+@pytest.mark.slow  # every case as a real process: ~15 s of process starts
 @pytest.mark.parametrize("case_id", SUBPROCESS_CASES)
 def test_subprocess_gives_the_same_answer(children, case_id):
     case = next(c for c in CASES if c.id == case_id)
