@@ -9,6 +9,7 @@ configuration that measured faster than eager.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,8 +91,6 @@ class _Journal:
 
 
 def _interrupted() -> bool:
-    import sys
-
     return isinstance(sys.exc_info()[1], KeyboardInterrupt)
 
 

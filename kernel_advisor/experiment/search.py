@@ -151,7 +151,6 @@ def _time(loaded: LoadedModel, mode: str, trials: Sequence[Trial], windows: int,
     state.eager_s = median_ci(times[EAGER])
     for t in trials:
         mine = times[t.name]
-        t.times_s, t.eager_s = mine, times[EAGER]
         t.windows += len(mine)
         speed = speedup_ci(times[EAGER], mine)
         t.outcome = Outcome("passed", t.outcome.reason if t.outcome else "", t.variant.applied, speedup=speed,

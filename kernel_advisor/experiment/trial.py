@@ -14,7 +14,6 @@ from typing import Callable, Sequence
 from kernel_advisor.actions import NotApplicable, NotMeasurable, Variant
 from kernel_advisor.collect.interrupts import OutOfTime, alarm_after
 from kernel_advisor.collect.loader import LoadedModel
-from kernel_advisor.collect.loop_timing import Estimate
 from kernel_advisor.experiment.budget import Budget
 from kernel_advisor.experiment.gate import GateRecord, first_line, gate_variant, synchronize
 from kernel_advisor.experiment.outcome import Outcome
@@ -32,11 +31,8 @@ class Trial:
     outcome: Outcome | None = None  # set as soon as the trial is decided
     gate: GateRecord = field(default_factory=GateRecord)
     prepare_s: float = 0.0  # preparing plus the first (compiling) call
-    times_s: list[float] = field(default_factory=list)  # per timed window, in the last timing it took part in
-    eager_s: list[float] = field(default_factory=list)  # eager's windows of the same rounds
     windows: int = 0  # windows timed in all
     pruned: str = ""  # why the search stopped timing it ("" when it went on)
-    sync_step_s: Estimate | None = None  # one synchronized step: the latency regime
 
     @property
     def name(self) -> str:
@@ -62,10 +58,6 @@ def prepare_trial(loaded: LoadedModel, mode: str, config: Config, phase: str,
         trial.outcome = Outcome("not-applied", str(e))
     except NotMeasurable as e:
         trial.outcome = Outcome("not-measurable", str(e))
-    except OutOfTime:
-        raise
-    except KeyboardInterrupt:
-        raise
     except Exception as e:  # noqa: BLE001 - a configuration that cannot transform this model is a result
         trial.outcome = Outcome("error", f"could not apply: {first_line(e)}")
     trial.prepare_s = time.perf_counter() - t0
@@ -79,16 +71,12 @@ class Draws:
     def __init__(self, loaded: LoadedModel, mode: str, reference, count: int, seed: int) -> None:
         self.loaded, self.mode, self.reference, self.count, self.seed = loaded, mode, reference, count, seed
         self._made: list[tuple] = []
-        self.eager_s: list[float] = []  # eager's synchronized step on each draw
 
     def __getitem__(self, d: int) -> tuple:
         while len(self._made) <= d:
             loaded, mode = self.loaded, self.mode
             inputs = loaded.make_inputs(self.seed + 1 + len(self._made))
-            t0 = time.perf_counter()
             base = capture_step(loaded, loaded.model, loaded.model, inputs, mode)
-            synchronize(loaded.device)
-            self.eager_s.append(time.perf_counter() - t0)
             self._made.append((inputs, base, self.reference.capture(loaded, inputs, mode)))
         return self._made[d]
 
@@ -114,7 +102,8 @@ def gate_trials(loaded: LoadedModel, mode: str, trials: Sequence[Trial], draws: 
 def _gate_one(loaded, mode, t: Trial, inputs, base, ref, budget: Budget, first: bool) -> None:
     t0 = time.perf_counter()
     if budget.exploring_left_s() <= 0:
-        t.outcome = Outcome("not-measurable", budget.out_of_time_reason(0.0))
+        t.outcome = Outcome("not-measurable", f"skipped: the exploring time of the --budget-s {budget.budget_s:g} "
+                                              "ran out before its gate")
         return
     try:
         with alarm_after(budget.exploring_left_s()):

@@ -6,7 +6,7 @@ faster (95 % intervals apart); a tie stays with the action the rule named, the c
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from kernel_advisor.actions import NONE, get_action
 from kernel_advisor.experiment.outcome import Outcome
