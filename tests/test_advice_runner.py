@@ -344,7 +344,7 @@ def test_the_search_table_holds_the_plan_against_the_hand_searchs_best():
         return {"model": model, "kind": kind, "action": action, "speedup": speedup, "status": "passed",
                 "device_name": "H200", "dtype": "bfloat16", "mode": "inference", "date": "2026-11-28 08:00",
                 "commit": "abc1234", "explored": extra.get("explored"), "pruned": extra.get("pruned"),
-                "wall_s": extra.get("wall_s")}
+                "wall_s": extra.get("wall_s"), "step_s": extra.get("step_s"), "eager_step_s": extra.get("eager_s")}
 
     df = pd.DataFrame([
         row("a", "exhaustive", "compile", 2.0), row("a", "exhaustive", "eager", 1.0),
@@ -353,9 +353,14 @@ def test_the_search_table_holds_the_plan_against_the_hand_searchs_best():
         row("b", "plan", "compile", 2.4, explored=6, pruned=2, wall_s=55.0),  # 2.4 / 3.0 = 0.80: below 0.9
         row("c", "exhaustive", "compile", 1.1), row("c", "plan", "compile", 1.1),  # no win of 1.2x: not counted
         row("d", "plan", "compile", 1.5),  # no hand search: not in the table
+        # Seconds win over speedups: the search's eager ran 1.5x slower (6 ms against 4 ms), so its
+        # 3.0x plan is a 2.0 ms step against the hand search's 2.5 ms (1.6x): 2.5 / 2.0 = 1.25.
+        row("e", "exhaustive", "compile", 1.6, step_s=2.5e-3, eager_s=4e-3),
+        row("e", "plan", "compile", 3.0, step_s=2.0e-3, eager_s=6e-3),
     ])
     text = render_advice.search(df)
-    assert "reached ≥ 0.98× the hand search's best on 1 of 2 models with a win ≥ 1.2×; below 0.9×: b." in text
-    assert "| a | compile | 2.00 | compile | 1.99 | 0.99 | 4 | 1 | 30 |" in text
-    assert "| b | channels_last + compile | 3.00 | compile | 2.40 | 0.80 | 6 | 2 | 55 |" in text
+    assert "reached ≥ 0.98× the hand search's best on 2 of 3 models with a win ≥ 1.2×; below 0.9×: b." in text
+    assert "| a | compile | 2.00 | compile | 1.99 | 0.99 | — | 4 | 1 | 30 |" in text
+    assert "| b | channels_last + compile | 3.00 | compile | 2.40 | 0.80 | — | 6 | 2 | 55 |" in text
+    assert "| e | compile | 1.60 | compile | 3.00 | 1.25 | 1.50 | — | — | — |" in text
     assert "| d |" not in text

@@ -43,7 +43,7 @@ FAMILIES = {"softmax": (F.softmax, torch.softmax, torch.Tensor.softmax),
             "cross_entropy": (F.cross_entropy,)}
 COLUMNS = ["model", "kind", "rule_id", "subject", "action", "device_name", "dtype", "mode", "predicted_gain_frac",
            "measured_gain_frac", "speedup", "speedup_low", "speedup_high", "verdict", "status", "reason", "rank",
-           "gpu", "torch", "triton", "commit", "date"]
+           "gpu", "torch", "triton", "commit", "date", "step_s", "eager_step_s"]
 KEY = ["model", "kind", "rule_id", "subject", "action", "device_name", "dtype", "mode"]
 TOLERANCE = {torch.bfloat16: 0.05, torch.float16: 0.02, torch.float32: 1e-3}  # relative L2 error
 ROUNDS, TARGET_ROUND_S = 7, 0.1
@@ -200,7 +200,7 @@ def search_model(path: Path, mode: str, dtype: torch.dtype, device, small: bool 
         rows.append({"action": name_of(*config), "speedup": eager_s / step_s if step_s else None,
                      "measured_gain_frac": 1 - step_s / eager_s if step_s else None,
                      "status": "passed" if step_s else "error", "reason": reason,
-                     "verdict": "", "rank": None, "subject": ""})
+                     "verdict": "", "rank": None, "subject": "", "step_s": step_s, "eager_step_s": eager_s})
         print(f"{path.stem} {mode}: {rows[-1]['action']}: {rows[-1]['speedup'] or reason}", flush=True)
     return rows
 

@@ -278,8 +278,26 @@ def _search_row(model: str, g: pd.DataFrame) -> dict | None:
     best, p = exh.loc[exh["speedup"].idxmax()], plan.iloc[0]
     planned = p["speedup"] if p["status"] == "passed" and pd.notna(p["speedup"]) else 1.0  # no plan: eager
     return {"model": model, "best": best["action"], "best_x": best["speedup"], "plan": p["action"] or "eager",
-            "plan_x": planned, "ratio": planned / best["speedup"], "explored": p["explored"], "pruned": p["pruned"],
+            "plan_x": planned, "ratio": plan_over_best(p, exh, planned / best["speedup"]),
+            "eager_ratio": _eager_ratio(p, best), "explored": p["explored"], "pruned": p["pruned"],
             "wall_s": p["wall_s"]}
+
+
+def plan_over_best(plan: pd.Series, exh: pd.DataFrame, by_speedup: float) -> float:
+    """The hand search's fastest step over the plan's step, in seconds where both runs recorded
+    them: two runs' eager steps can differ (host drift, warm-up), and what the user gets is the
+    plan's absolute step. Older rows without seconds compare speedups."""
+    seconds = exh["step_s"].dropna() if "step_s" in exh else pd.Series(dtype=float)
+    if seconds.empty or pd.isna(plan.get("step_s")) or not plan["step_s"]:
+        return by_speedup
+    return float(seconds.min()) / float(plan["step_s"])
+
+
+def _eager_ratio(plan: pd.Series, best: pd.Series) -> float | None:
+    """The two runs' eager steps, search's over the hand search's: far from 1, the runs disagree on
+    the baseline itself."""
+    a, b = plan.get("eager_step_s"), best.get("eager_step_s")
+    return None if pd.isna(a) or pd.isna(b) or not b else float(a) / float(b)
 
 
 def _search_block(device: str, dtype: str, mode: str, rows: list[dict], group: pd.DataFrame) -> str:
@@ -291,12 +309,13 @@ def _search_block(device: str, dtype: str, mode: str, rows: list[dict], group: p
     head = (f"**{device}, {dtype}, {mode}** ({dates[0] if dates else '?'} to {dates[-1] if dates else '?'}, commits "
             f"{', '.join(sorted(set(group['commit'])))}): the plan reached ≥ {CLOSE}× the hand search's best on "
             f"{close} of {len(wins)} models with a win ≥ {BIG_WIN}×; below {NEAR}×: {', '.join(below) or 'none'}.")
-    lines = ["| model | hand search's best | × | plan | × | plan / best | timed | pruned | wall s |",
-             "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+    lines = ["| model | hand search's best | × | plan | × | best step / plan step | eager / eager | timed | "
+             "pruned | wall s |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['model']} | {_cell(r['best'])} | {r['best_x']:.2f} | {_cell(r['plan'])} | "
-                     f"{r['plan_x']:.2f} | {r['ratio']:.2f} | {_int(r['explored'])} | {_int(r['pruned'])} | "
-                     f"{_int(r['wall_s'])} |")
+                     f"{r['plan_x']:.2f} | {r['ratio']:.2f} | {_num(r['eager_ratio'])} | {_int(r['explored'])} | "
+                     f"{_int(r['pruned'])} | {_int(r['wall_s'])} |")
     return head + "\n\n" + "\n".join(lines)
 
 

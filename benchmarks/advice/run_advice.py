@@ -34,14 +34,15 @@ from docdata import upsert_rows, write_csv_atomic  # noqa: E402
 
 KEY = ["model", "kind", "rule_id", "subject", "action", "device_name", "dtype", "mode"]
 VALUES = ["predicted_gain_frac", "measured_gain_frac", "speedup", "speedup_low", "speedup_high", "verdict",
-          "status", "reason", "rank", "gpu", "torch", "triton", "commit", "date", "explored", "pruned", "wall_s"]
+          "status", "reason", "rank", "gpu", "torch", "triton", "commit", "date", "explored", "pruned", "wall_s",
+          "step_s", "eager_step_s"]
 COLUMNS = KEY + VALUES
 NUMERIC = ["predicted_gain_frac", "measured_gain_frac", "speedup", "speedup_low", "speedup_high", "rank",
-           "explored", "pruned", "wall_s"]
+           "explored", "pruned", "wall_s", "step_s", "eager_step_s"]
 TEXT = [c for c in COLUMNS if c not in NUMERIC]
 SLICE = ["model", "device_name", "dtype", "mode"]  # one measurement of one model
 KIND_ORDER = {"rule": 0, "also": 1, "action": 2, "plan": 3, "hotspot": 4}
-HOTSPOT_MIN_PCT = 2.0  # issue 18: every hotspot of at least this share gets a rung or a reason
+HOTSPOT_MIN_PCT = 2.0  # every hotspot of at least this share gets a rung or a reason
 
 ALSO = ("compile", "compile:reduce-overhead")  # measured on every model: the ground truth of "best fix"
 MODE = "inference"
@@ -178,10 +179,19 @@ def rows_from_recommend(doc: dict, info: dict) -> list[dict]:
         rows.append({**info, "kind": "plan", "rule_id": "+".join(plan.get("rules") or []), "subject": "",
                      "action": "+".join(plan.get("actions") or []), **_measured_values(plan.get("measured")),
                      "explored": search.get("explored"), "pruned": search.get("pruned"),
-                     "wall_s": search.get("elapsed_s")})
+                     "wall_s": search.get("elapsed_s"), **plan_step_seconds(plan.get("measured"), search)})
     rows += [hotspot_row(h, info) for h in doc.get("hotspots") or []
              if (h.get("share_pct") or 0.0) >= HOTSPOT_MIN_PCT]
     return [_complete(r) for r in rows]
+
+
+def plan_step_seconds(measured: dict | None, search: dict) -> dict:
+    """The plan's and eager's back-to-back step in seconds: absolute figures compare with the
+    exhaustive search's even where the two runs' eager steps differ (host drift, another warm-up)."""
+    eager_s = (search.get("eager_step_s") or {}).get("value")
+    speedup = ((measured or {}).get("speedup") or {}).get("value")
+    passed = (measured or {}).get("status") == "passed" and speedup
+    return {"eager_step_s": eager_s, "step_s": eager_s / speedup if eager_s and passed else eager_s}
 
 
 def hotspot_row(h: dict, info: dict) -> dict:
