@@ -14,7 +14,7 @@ from kernel_advisor.trykernel.prediction import RunEvidence
 from kernel_advisor.trykernel.reference import HEADROOM, need_bytes, prepare_reference
 from kernel_advisor.trykernel.sets import CandidateSet, TryOptions
 from kernel_advisor.trykernel.substitute_aten import reference_adapter
-from kernel_advisor.trykernel.variants import run_gate, try_candidates
+from kernel_advisor.trykernel.variants import gate_candidates, try_candidates
 
 MODEL = textwrap.dedent("""
     import torch, torch.nn as nn, torch.nn.functional as F
@@ -167,7 +167,7 @@ def test_sampled_comparison_catches_a_wrong_variant(tiny, monkeypatch):
     loaded = load_model(tiny, device="cpu")
     free_memory(monkeypatch, int(need_bytes(loaded, "inference", torch.float64, 0.5) / HEADROOM) + 1)
     wrong = softmax_candidate("wrong", scale=1.05)
-    states, _, why = run_gate(loaded, [CandidateSet("wrong", (wrong,))], None,
+    states, _, why = gate_candidates(loaded, [CandidateSet("wrong", (wrong,))], None,
                               TryOptions(draws=1, compile=False, check_only=True), lambda *a: None)
     assert "batch items" in why
     out = states["wrong"].comparisons[0]  # the model's output, beyond the per-call check

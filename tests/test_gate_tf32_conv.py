@@ -8,9 +8,10 @@ import torch
 import torch.nn as nn
 
 from kernel_advisor.actions.tf32 import TF32_TOLERANCE
-from kernel_advisor.experiment.gate import (TF32_CONV_NOTE, GateRecord, _float32_convolutions,
+from kernel_advisor.experiment.gate import (TF32_CONV_NOTE, _float32_convolutions,
                                            tf32_conv_tolerance)
 from kernel_advisor.trykernel.candidates import default_tolerance
+from kernel_advisor.trykernel.capture import GateRecord
 from kernel_advisor.trykernel.gate import compare_leaf
 from test_actions import loaded_of, seeded
 

@@ -1,6 +1,6 @@
 """The correctness gate for prepared actions: every variant against eager on fresh input draws.
 
-The same gate as try-kernel's (trykernel/gate.py): every output leaf and, in train mode,
+The gate try-kernel uses too (trykernel/capture.py drives it, trykernel/gate.py compares): every output leaf and, in train mode,
 every parameter gradient, against eager at the run's dtype and against the reference
 (float64 where memory allows, trykernel/reference.py). A variant's first call is where
 torch.compile compiles, so compile time is spent here and never inside the timing.
@@ -11,7 +11,6 @@ kernel default for the leaf's dtype. One rule loosens them: see `tf32_conv_toler
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
@@ -21,56 +20,25 @@ from kernel_advisor.actions.base import Tolerance
 from kernel_advisor.actions.tf32 import TF32_TOLERANCE
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.trykernel.candidates import default_tolerance
-from kernel_advisor.trykernel.capture import Captured, capture_step, compare_captures
-from kernel_advisor.trykernel.gate import LeafComparison
+from kernel_advisor.trykernel.capture import Captured, GateRecord, capture_step, gate_draw
 
 TF32_CONV_NOTE = (f"float32 leaves held to TF32's {TF32_TOLERANCE[0]:g}: the model runs float32 convolutions "
                   "on CUDA with cudnn.allow_tf32 on, and cuDNN may pick a TF32 algorithm for the variant "
                   "and not for eager")
 
 
-@dataclass
-class GateRecord:
-    """What the gate saw for one variant over every draw."""
-
-    comparisons: list[LeafComparison] = field(default_factory=list)
-    error: str = ""  # the variant raised: its first line
-    draws: int = 0
-    tolerance: str = ""  # a tolerance other than the variant's or the default, and why ("" for none)
-
-    @property
-    def problem(self) -> str:
-        bad = next((c for c in self.comparisons if not c.ok), None)
-        return self.error or (f"{bad.path}: {bad.problem}" if bad else "")
-
-    def worst(self) -> dict | None:
-        """The largest errors seen, for people: relative to eager and to the reference."""
-        if not self.comparisons:
-            return None
-        worst = {"draws": self.draws, "leaves": len(self.comparisons) // max(self.draws, 1),
-                 "rel_err": _max(c.rel_err for c in self.comparisons),
-                 "ref_rel_err": _max(c.ref_rel_err for c in self.comparisons),
-                 "baseline_ref_rel_err": _max(c.baseline_ref_rel_err for c in self.comparisons)}
-        return {**worst, "tolerance": self.tolerance} if self.tolerance else worst
-
-
 def gate_variant(loaded: LoadedModel, v: Variant, inputs: list, base: Captured, ref: Captured | None,
                  mode: str, record: GateRecord) -> None:
     """One draw of one variant; a variant that raises is recorded, never re-raised."""
-    if record.error:
-        return
-    try:
+    def run():
         with v.context():
             got = capture_step(loaded, v.model, v.params_of or loaded.model, v.convert_inputs(inputs), mode)
             # read inside the context: the variant itself may switch TF32 or autocast on
             tolerance, record.tolerance = tf32_conv_tolerance(
                 v.tolerance or default_tolerance, loaded.device.type, torch.backends.cudnn.allow_tf32,
                 _float32_convolutions(v.model, loaded))
-    except Exception as e:  # noqa: BLE001 - a transformation the model rejects is a result, not a crash
-        record.error = first_line(e)
-        return
-    record.comparisons.extend(compare_captures(_like(got, base), base, ref, tolerance))
-    record.draws += 1
+        return _like(got, base), tolerance
+    gate_draw(record, run, base, ref)
 
 
 def tf32_conv_tolerance(tolerance: Tolerance, device_type: str, cudnn_allow_tf32: bool,
@@ -109,16 +77,6 @@ def _like(got: Captured, base: Captured) -> Captured:
     leaves = tuple((path, t.to(dtypes[path]) if path in dtypes and t.is_floating_point()
                     and dtypes[path].is_floating_point else t) for path, t in got.leaves)
     return dataclasses.replace(got, leaves=leaves)
-
-
-def first_line(e: BaseException) -> str:
-    text = f"{type(e).__name__}: {e}".strip()
-    return text.splitlines()[0][:300] if text else type(e).__name__
-
-
-def _max(values) -> float | None:
-    finite = [v for v in values if v == v]
-    return max(finite) if finite else None
 
 
 def synchronize(device: torch.device) -> None:

@@ -30,9 +30,10 @@ from kernel_advisor.collect.runner import timed_loop
 from kernel_advisor.experiment import space
 from kernel_advisor.experiment.budget import Budget
 from kernel_advisor.experiment.outcome import Outcome
-from kernel_advisor.experiment.trial import Draws, Progress, Trial, gate_trials, prepare_trial
+from kernel_advisor.experiment.trial import Progress, Trial, gate_trials, prepare_trial
 from kernel_advisor.experiment.variant import EAGER, Config
 from kernel_advisor.trykernel import compiled as kernel_compiled
+from kernel_advisor.trykernel.capture import GateDraws
 
 SHORT_WINDOWS = 5
 LONG_WINDOWS = 30
@@ -73,7 +74,7 @@ def search(loaded: LoadedModel, mode: str, names: Sequence[str], options: Search
     complete, or raised through (KeyboardInterrupt) with `on_change` already called on it."""
     budget = Budget(options.budget_s)
     state = SearchState()
-    draws = Draws(loaded, mode, reference, options.draws, options.seed)
+    draws = GateDraws(loaded, mode, reference, options.draws, options.seed)
     with kernel_compiled.recompile_room(16):
         try:
             first = _explore(loaded, mode, space.singles(loaded, names, options.compile_modes), "single", options, draws, budget,
@@ -91,7 +92,7 @@ def search(loaded: LoadedModel, mode: str, names: Sequence[str], options: Search
     return state
 
 
-def _explore(loaded, mode, configs: Sequence[Config], phase: str, options: SearchOptions, draws: Draws,
+def _explore(loaded, mode, configs: Sequence[Config], phase: str, options: SearchOptions, draws: GateDraws,
              budget: Budget, busy_frac, state: SearchState, on_change, progress: Progress) -> list[Trial]:
     """Prepare, gate and short-time `configs`, cheapest first, each only when it fits."""
     done: list[Trial] = []

@@ -15,10 +15,10 @@ from kernel_advisor.actions import NotApplicable, NotMeasurable, Variant
 from kernel_advisor.collect.interrupts import OutOfTime, alarm_after
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.experiment.budget import Budget
-from kernel_advisor.experiment.gate import GateRecord, first_line, gate_variant, synchronize
+from kernel_advisor.experiment.gate import gate_variant, synchronize
 from kernel_advisor.experiment.outcome import Outcome
 from kernel_advisor.experiment.variant import Config, prepare_config
-from kernel_advisor.trykernel.capture import capture_step
+from kernel_advisor.trykernel.capture import GateDraws, GateRecord, first_line
 
 Progress = Callable[[str, int, int], None]
 
@@ -64,24 +64,7 @@ def prepare_trial(loaded: LoadedModel, mode: str, config: Config, phase: str,
     return trial
 
 
-class Draws:
-    """The gate's fresh input draws, with eager's and the reference's results on each: made once,
-    on first use, and shared by every trial gated after."""
-
-    def __init__(self, loaded: LoadedModel, mode: str, reference, count: int, seed: int) -> None:
-        self.loaded, self.mode, self.reference, self.count, self.seed = loaded, mode, reference, count, seed
-        self._made: list[tuple] = []
-
-    def __getitem__(self, d: int) -> tuple:
-        while len(self._made) <= d:
-            loaded, mode = self.loaded, self.mode
-            inputs = loaded.make_inputs(self.seed + 1 + len(self._made))
-            base = capture_step(loaded, loaded.model, loaded.model, inputs, mode)
-            self._made.append((inputs, base, self.reference.capture(loaded, inputs, mode)))
-        return self._made[d]
-
-
-def gate_trials(loaded: LoadedModel, mode: str, trials: Sequence[Trial], draws: Draws, budget: Budget,
+def gate_trials(loaded: LoadedModel, mode: str, trials: Sequence[Trial], draws: GateDraws, budget: Budget,
                 progress: Progress) -> None:
     """Gate every pending trial on every draw.
 

@@ -1,9 +1,14 @@
-"""Run one step and keep what the gate compares: output leaves and parameter gradients."""
+"""The one correctness gate's driver, for `try-kernel` and `recommend --measure` alike.
+
+A step's output leaves and parameter gradients are captured (`capture_step`); fresh input
+draws with eager's and the reference's captures are made once and shared (`GateDraws`); each
+variant's capture on a draw is held against them (`gate_draw`) into its `GateRecord`.
+"""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 import torch.nn as nn
@@ -11,7 +16,11 @@ import torch.nn as nn
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.runner import make_step
 from kernel_advisor.collect.tree import tensor_leaves
+from kernel_advisor.errors import exception_text
+from kernel_advisor.trykernel.calls import CallLog
 from kernel_advisor.trykernel.gate import LeafComparison, compare_leaf, finite_problem
+
+MAX_REASON_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -62,3 +71,77 @@ def _compare_sampled(path: str, got: torch.Tensor | None, base: torch.Tensor, re
                      ref_leaf, tolerance)
     problem = c.problem or finite_problem(got, base)
     return dataclasses.replace(c, ok=not problem, problem=problem)
+
+
+@dataclass
+class GateRecord:
+    """What the gate saw for one variant over every draw."""
+
+    comparisons: list[LeafComparison] = field(default_factory=list)
+    error: str = ""  # the variant raised: its first line
+    draws: int = 0
+    tolerance: str = ""  # a tolerance other than the variant's or the default, and why ("" for none)
+    logs: dict[str, CallLog] = field(default_factory=dict)  # per substituted kernel: its calls
+    compile_s: float | None = None  # a compiled variant's first (compiling) call
+
+    @property
+    def problem(self) -> str:
+        bad = next((c for c in self.comparisons if not c.ok), None)
+        return self.error or (f"{bad.path}: {bad.problem}" if bad else "")
+
+    def worst(self) -> dict | None:
+        """The largest errors seen, for people: relative to eager and to the reference."""
+        if not self.comparisons:
+            return None
+        worst = {"draws": self.draws, "leaves": len(self.comparisons) // max(self.draws, 1),
+                 "rel_err": _max(c.rel_err for c in self.comparisons),
+                 "ref_rel_err": _max(c.ref_rel_err for c in self.comparisons),
+                 "baseline_ref_rel_err": _max(c.baseline_ref_rel_err for c in self.comparisons)}
+        return {**worst, "tolerance": self.tolerance} if self.tolerance else worst
+
+
+class GateDraws:
+    """The gate's fresh input draws, with eager's and the reference's captures on each: made once,
+    on first use, and shared by every variant gated after."""
+
+    def __init__(self, loaded: LoadedModel, mode: str, reference, count: int, seed: int) -> None:
+        self.loaded, self.mode, self.reference, self.count, self.seed = loaded, mode, reference, count, seed
+        self._made: list[tuple] = []
+
+    def __getitem__(self, d: int) -> tuple:
+        while len(self._made) <= d:
+            loaded, mode = self.loaded, self.mode
+            inputs = loaded.make_inputs(self.seed + 1 + len(self._made))
+            base = capture_step(loaded, loaded.model, loaded.model, inputs, mode)
+            self._made.append((inputs, base, self.reference.capture(loaded, inputs, mode)))
+        return self._made[d]
+
+
+Tolerance = Callable[[torch.dtype], tuple[float, float]]
+
+
+def gate_draw(record: GateRecord, run: Callable[[], tuple[Captured, Tolerance]], base: Captured,
+              ref: Captured | None, failure: Callable[[Exception], str] = None) -> None:
+    """One draw of one variant: `run` makes its capture and says the tolerance it is held to.
+
+    A variant that raises is recorded with `failure(e)` (default: the exception's first line) and
+    not gated again; `failure` may re-raise where the error is not the variant's to own.
+    """
+    if record.error:
+        return
+    try:
+        got, tolerance = run()
+    except Exception as e:  # noqa: BLE001 - a variant the model rejects is a result, not a crash
+        record.error = (failure or first_line)(e)
+        return
+    record.comparisons.extend(compare_captures(got, base, ref, tolerance))
+    record.draws += 1
+
+
+def first_line(e: BaseException) -> str:
+    return exception_text(e)[:MAX_REASON_CHARS]
+
+
+def _max(values) -> float | None:
+    finite = [v for v in values if v == v]
+    return max(finite) if finite else None

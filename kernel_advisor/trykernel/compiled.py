@@ -27,7 +27,8 @@ import torch
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.trykernel.calls import CallLog
 from kernel_advisor.trykernel.candidates import Candidate
-from kernel_advisor.trykernel.sets import CandidateSet, GateState, TryOptions, compile_name
+from kernel_advisor.trykernel.capture import GateRecord
+from kernel_advisor.trykernel.sets import CandidateSet, TryOptions, compile_name
 from kernel_advisor.trykernel.substitute_function import KernelFunctionMode, covers, routes_for
 from kernel_advisor.trykernel.substitute_module import ModuleSwap, build_forwards, patched_forwards
 
@@ -64,7 +65,7 @@ class KernelCompiled:
     set: CandidateSet
     model: object  # torch.compile(model): compiled on its first call, inside activate()
     activate: Callable[[], ContextManager]
-    state: GateState = field(default_factory=lambda: GateState({}))
+    state: GateRecord = field(default_factory=lambda: GateRecord())
     graphs: GraphSummary | None = None
     graph_error: str = ""
 

@@ -15,7 +15,8 @@ from kernel_advisor.trykernel.candidates import baseline_markers
 from kernel_advisor.trykernel.prediction import RunEvidence, predict
 from kernel_advisor.trykernel.results import (SUSPECT_SPEEDUP, GateSummary, OpTiming, TryReport,
                                               VariantResult)
-from kernel_advisor.trykernel.sets import CandidateSet, GateState, TryOptions, activation, compile_name
+from kernel_advisor.trykernel.capture import GateRecord
+from kernel_advisor.trykernel.sets import CandidateSet, TryOptions, activation, compile_name
 from kernel_advisor.collect.loop_timing import (Estimate, TimedStep, interleaved_windows_s, median_ci, regime_label,
                                                speedup_ci, autorange_steps, verdict)
 from kernel_advisor.trykernel.timing import peak_memory_bytes, profiled_op_times
@@ -29,10 +30,10 @@ class GateOutcome:
     """What the gate left for measuring: summaries, call logs and the compiled model."""
 
     gates: dict[str, GateSummary]
-    states: dict[str, GateState]
+    states: dict[str, GateRecord]
     compiled: object | None
     compile_gate: GateSummary | None
-    compile_state: GateState
+    compile_state: GateRecord
     ref_reason: str
     compile_graphs: kernel_compiled.GraphSummary | None = None  # the plain compiled model's
     with_kernels: tuple[kernel_compiled.KernelCompiled, ...] = ()  # "torch.compile + <set>"
@@ -214,7 +215,7 @@ def _eager(times, peak: int | None, label: str) -> VariantResult:
 
 
 def _result(name: str, kind: str, gate: GateSummary, times: dict, peaks: dict, label: str, *,
-            s: CandidateSet | None = None, state: GateState | None = None, op: OpTiming | None = None,
+            s: CandidateSet | None = None, state: GateRecord | None = None, op: OpTiming | None = None,
             prediction=None, compile_s: float | None = None) -> VariantResult:
     mine, eager = times.get(name), times.get(EAGER)
     speed = speedup_ci(eager, mine) if mine and eager else None
@@ -229,7 +230,7 @@ def _result(name: str, kind: str, gate: GateSummary, times: dict, peaks: dict, l
                          else (), **_eager_routes(state))
 
 
-def _call_counts(state: GateState | None) -> tuple[int, int, tuple[str, ...]]:
+def _call_counts(state: GateRecord | None) -> tuple[int, int, tuple[str, ...]]:
     if state is None:
         return 0, 0, ()
     logs = state.logs.values()
@@ -237,7 +238,7 @@ def _call_counts(state: GateState | None) -> tuple[int, int, tuple[str, ...]]:
     return sum(log.candidate_calls for log in logs), sum(log.fallback_calls for log in logs), reasons
 
 
-def _eager_routes(state: GateState | None) -> dict:
+def _eager_routes(state: GateRecord | None) -> dict:
     """VariantResult's eager_routed_calls and eager_routes: the registry's fallbacks."""
     routes = [(r, n) for log in (state.logs.values() if state else ()) for r, n in log.eager_routes.most_common()]
     return {"eager_routed_calls": sum(n for _, n in routes), "eager_routes": tuple(f"{r} (×{n})" for r, n in routes)}

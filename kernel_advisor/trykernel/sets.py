@@ -9,7 +9,6 @@ import torch
 
 from kernel_advisor.trykernel.calls import CallLog
 from kernel_advisor.trykernel.candidates import Candidate, installed
-from kernel_advisor.trykernel.gate import LeafComparison
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -59,17 +58,6 @@ class CandidateSet:
     def tolerance(self, dtype: torch.dtype) -> tuple[float, float]:
         tols = [c.tolerance(dtype) for c in self.members]
         return max(t[0] for t in tols), max(t[1] for t in tols)
-
-
-@dataclass
-class GateState:
-    """Mutable accumulator of one variant's gate over the draws."""
-
-    logs: dict[str, CallLog]
-    comparisons: list[LeafComparison] = field(default_factory=list)
-    error: str = ""
-    draws: int = 0
-    compile_s: float | None = None
 
 
 def new_logs(s: CandidateSet) -> dict[str, CallLog]:

@@ -19,12 +19,12 @@ from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.trykernel import compiled as kernel_compiled
 from kernel_advisor.trykernel.calls import CallLog
 from kernel_advisor.trykernel.candidates import default_tolerance, installed
-from kernel_advisor.trykernel.capture import capture_step, compare_captures
+from kernel_advisor.trykernel.capture import GateDraws, GateRecord, capture_step, first_line, gate_draw
 from kernel_advisor.trykernel.measure import GateOutcome, measure, nothing_timed
 from kernel_advisor.trykernel.prediction import RunEvidence
 from kernel_advisor.trykernel.reference import FULL_FLOAT64, prepare_reference
 from kernel_advisor.trykernel.results import GateSummary, TryReport
-from kernel_advisor.trykernel.sets import CandidateSet, GateState, TryOptions, compile_name, new_logs
+from kernel_advisor.trykernel.sets import CandidateSet, TryOptions, compile_name, new_logs
 
 Progress = Callable[[str, int, int], None]
 
@@ -43,7 +43,7 @@ def try_candidates(loaded: LoadedModel, sets: Sequence[CandidateSet], options: T
             plain_graphs, graph_error = kernel_compiled.explain_all(loaded, with_kernels, options.mode)
             notes += [f"{compile_name(options)}: no graph-break count ({graph_error})"] if graph_error else []
             report("torch.compile graphs", 1, 1)
-        states, compile_state, ref_reason = run_gate(loaded, sets, compiled, options, report, with_kernels)
+        states, compile_state, ref_reason = gate_candidates(loaded, sets, compiled, options, report, with_kernels)
         outcome = GateOutcome(gates={s.name: summarize_gate(states[s.name], s) for s in sets}, states=states,
                               compiled=compiled,
                               compile_gate=summarize_compile(compile_state) if compiled is not None else None,
@@ -58,65 +58,58 @@ def _compile(loaded: LoadedModel, options: TryOptions):
     return kernel_compiled.compile_in_own_frame(loaded.model, options.compile_mode)
 
 
-def run_gate(loaded: LoadedModel, sets: Sequence[CandidateSet], compiled, options: TryOptions,
+def gate_candidates(loaded: LoadedModel, sets: Sequence[CandidateSet], compiled, options: TryOptions,
              report: Progress, with_kernels: Sequence[kernel_compiled.KernelCompiled] = ()
-             ) -> tuple[dict[str, GateState], GateState, str]:
-    """Gate every variant on fresh draws; returns their states and how the reference went
+             ) -> tuple[dict[str, GateRecord], GateRecord, str]:
+    """Gate every variant on fresh draws; returns their records and how the reference went
     ("" for a float64 reference on every batch item, else reference.py's reason). The
-    "torch.compile + <set>" variants keep their state on themselves."""
+    "torch.compile + <set>" variants keep their record on themselves."""
     reference = prepare_reference(loaded, options.mode)
-    states = {s.name: GateState(new_logs(s)) for s in sets}
-    compile_state = GateState({})
+    draws = GateDraws(loaded, options.mode, reference, options.draws, options.seed)
+    records = {s.name: GateRecord(logs=new_logs(s)) for s in sets}
+    compile_record = GateRecord()
     for d in range(options.draws):
-        inputs = loaded.make_inputs(options.seed + 1 + d)
-        base = capture_step(loaded, loaded.model, loaded.model, inputs, options.mode)
-        ref = reference.capture(loaded, inputs, options.mode)
+        inputs, base, ref = draws[d]
         if compiled is not None:
-            _gate_compiled(loaded, compiled, inputs, base, ref, compile_state, options.mode)
+            _gate_compiled(loaded, compiled, inputs, base, ref, compile_record, options.mode)
         for v in with_kernels:
             _gate_compiled(loaded, v.model, inputs, base, ref, v.state, options.mode, v.activate,
                            v.set.tolerance)
         for s in sets:
-            _gate_set(loaded, s, inputs, base, ref, states[s.name], options.mode)
+            _gate_set(loaded, s, inputs, base, ref, records[s.name], options.mode)
         report("correctness gate", d + 1, options.draws)
-    return states, compile_state, "" if reference.reason == FULL_FLOAT64 else reference.reason
+    return records, compile_record, "" if reference.reason == FULL_FLOAT64 else reference.reason
 
 
-def _gate_compiled(loaded, compiled, inputs, base, ref, state: GateState, mode: str,
+def _gate_compiled(loaded, compiled, inputs, base, ref, record: GateRecord, mode: str,
                    activate=contextlib.nullcontext, tolerance=default_tolerance) -> None:
-    if state.error:
-        return
     sync = torch.cuda.synchronize if loaded.device.type == "cuda" else (lambda: None)
-    t0 = time.perf_counter()
-    try:
+
+    def run():
+        t0 = time.perf_counter()
         with activate():
             got = capture_step(loaded, compiled, loaded.model, inputs, mode)
         sync()
-    except Exception as e:  # noqa: BLE001 - a model torch.compile cannot handle is a result too
-        state.error = f"torch.compile failed: {_first_line(e)}"
-        return
-    if state.compile_s is None:
-        state.compile_s = time.perf_counter() - t0
-    state.comparisons.extend(compare_captures(got, base, ref, tolerance))
-    state.draws += 1
+        if record.compile_s is None:
+            record.compile_s = time.perf_counter() - t0
+        return got, tolerance
+    gate_draw(record, run, base, ref, failure=lambda e: f"torch.compile failed: {first_line(e)}")
 
 
-def _gate_set(loaded, s: CandidateSet, inputs, base, ref, state: GateState, mode: str) -> None:
+def _gate_set(loaded, s: CandidateSet, inputs, base, ref, record: GateRecord, mode: str) -> None:
     invalid = next((c.invalid for c in s.members if c.invalid), "")
-    if state.error or invalid:
-        state.error = state.error or invalid
-        return
-    try:
-        with installed(s.members, state.logs, loaded.device.type, check=True):
-            got = capture_step(loaded, loaded.model, loaded.model, inputs, mode)
-    except Exception:
-        problem = _candidate_problem(state.logs)
+    record.error = record.error or invalid
+
+    def run():
+        with installed(s.members, record.logs, loaded.device.type, check=True):
+            return capture_step(loaded, loaded.model, loaded.model, inputs, mode), s.tolerance
+
+    def failure(e: Exception) -> str:
+        problem = _candidate_problem(record.logs)
         if not problem:
-            raise  # the model itself failed: not the candidate's verdict to give
-        state.error = problem
-        return
-    state.comparisons.extend(compare_captures(got, base, ref, s.tolerance))
-    state.draws += 1
+            raise e  # the model itself failed: not the candidate's verdict to give
+        return problem
+    gate_draw(record, run, base, ref, failure)
 
 
 def _candidate_problem(logs: dict[str, CallLog]) -> str:
@@ -128,7 +121,7 @@ def _candidate_problem(logs: dict[str, CallLog]) -> str:
     return ""
 
 
-def summarize_gate(state: GateState, s: CandidateSet) -> GateSummary:
+def summarize_gate(state: GateRecord, s: CandidateSet) -> GateSummary:
     calls = sum(log.candidate_calls for log in state.logs.values())
     problem = state.error or _candidate_problem(state.logs)
     if not problem and calls == 0:
@@ -139,10 +132,8 @@ def summarize_gate(state: GateState, s: CandidateSet) -> GateSummary:
     return _summary(state, "FAILED" if problem else "passed", problem)
 
 
-def summarize_compile(state: GateState) -> GateSummary:
-    bad = next((c for c in state.comparisons if not c.ok), None)
-    problem = state.error or (f"{bad.path}: {bad.problem}" if bad else "")
-    return _summary(state, "FAILED" if problem else "passed", problem)
+def summarize_compile(state: GateRecord) -> GateSummary:
+    return _summary(state, "FAILED" if state.problem else "passed", state.problem)
 
 
 def summarize_with_kernel(v: kernel_compiled.KernelCompiled) -> GateSummary:
@@ -154,7 +145,7 @@ def summarize_with_kernel(v: kernel_compiled.KernelCompiled) -> GateSummary:
     return gate
 
 
-def _summary(state: GateState, status: str, reason: str) -> GateSummary:
+def _summary(state: GateRecord, status: str, reason: str) -> GateSummary:
     comps = state.comparisons
     worst = max(comps, key=lambda c: _finite(c.rel_err), default=None)
     return GateSummary(
@@ -178,6 +169,3 @@ def _finite(x: float) -> float:
     return x if x == x else float("-inf")  # NaN sorts last
 
 
-def _first_line(e: BaseException) -> str:
-    text = f"{type(e).__name__}: {e}".strip()
-    return text.splitlines()[0][:300] if text else type(e).__name__
