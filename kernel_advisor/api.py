@@ -40,6 +40,7 @@ from kernel_advisor.render.html_report import write_report
 from kernel_advisor.render.measured_render import add_measurement
 from kernel_advisor.render.profile_render import run_warnings
 from kernel_advisor.render.recommend_render import report_to_dict
+from kernel_advisor.records.run import RunMeta
 
 Progress = Callable[[str, int, int], None]
 FRAME_COLUMNS = ("rank", "rule_id", "tier", "title", "where", "subjects", "estimated_gain_per_step_s",
@@ -87,16 +88,15 @@ class Run:
     """A run directory: `ops` (one row per op), `sequence` (every call in order), `meta` (run.json)."""
 
     path: Path
-    meta: dict
+    meta: RunMeta  # run.json: a dict, its keys as attributes too
     ops: pd.DataFrame
     sequence: pd.DataFrame
     _loaded: LoadedModel | None = field(default=None, repr=False)  # the in-memory model, when profiled here
 
     def __repr__(self) -> str:
         """Short: where, what, on what, how long a step takes (`meta` holds all of run.json)."""
-        model = Path(str((self.meta.get("model") or {}).get("file") or "?")).name
-        device = self.meta.get("device") or {}
-        where = device.get("name") or device.get("type") or "?"
+        model = Path(str(self.meta.model_file or "?")).name
+        where = self.meta.device_name or self.meta.device_type or "?"
         step = self.step_time
         step_text = f"{step.value_s * 1e3:.3g} ms" if step is not None else "not timed"
         return f"Run(path={str(self.path)!r}, model={model!r}, device={where!r}, step={step_text!r})"
@@ -130,14 +130,14 @@ class Run:
         if measure:
             loaded, mode = self.model()
             doc, _ = measure_document(report, doc, loaded, mode, SearchOptions(budget_s=budget_s), top, also,
-                                      progress, self.path, self.meta.get("device_busy_frac"))
+                                      progress, self.path, self.meta.device_busy_frac)
         record = save_recommendations(self.path, doc)
         return Recommendations(record.recommendations, record.findings)
 
     def model(self) -> tuple[LoadedModel, str]:
         """The model as profiled (in memory, or re-loaded from the file run.json names), and the mode."""
         if self._loaded is not None:
-            return self._loaded, self.meta["args"]["mode"]
+            return self._loaded, self.meta.mode
         loaded, mode, _ = load_run_model(self.meta, self.path)
         return loaded, mode
 

@@ -26,6 +26,7 @@ from kernel_advisor.collect.runner import no_operator_error
 from kernel_advisor.collect.rundir import RunWriter, check_writable_target, write_error, write_json_atomic, write_table
 from kernel_advisor.collect.trace import TraceData, read_trace
 from kernel_advisor.errors import UserInputError
+from kernel_advisor.records.run import RunMeta
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Analyzed:
     trace: TraceData
     attr: Attribution
     ops: pd.DataFrame  # analyzed: FLOPs, bytes, roofline
-    meta: dict  # run.json, ceilings and coverage included
+    meta: RunMeta  # run.json, ceilings and coverage included
 
 
 _MODELLED = modelled_op_names()
@@ -53,7 +54,8 @@ def analyze_capture(loaded: LoadedModel, args: dict, cap: Capture) -> Analyzed:
         trace, timing = with_kernel_timings(trace, read_trace(cap.timing_trace_path))
     attr = attribute(trace, loaded.device.type, cost_arguments=cost_arguments, priced=has_formula)
     meta = profile_meta(loaded, args, cap, attr, timing)
-    ops, meta["ceilings"], meta["coverage"] = analyze_ops(attr.ops, meta)
+    ops, ceilings, coverage = analyze_ops(attr.ops, meta)
+    meta = meta.with_keys(ceilings=ceilings, coverage=coverage)
     return Analyzed(trace, attr, ops, meta)
 
 
@@ -85,7 +87,8 @@ def import_to_run(trace_path: Path, args: dict, out_dir: Path) -> tuple[Path, di
                              "export the trace after the profiled steps ran, with record_shapes=True "
                              "(torch.profiler drops a cycle's events when the cycle ends)")
     meta = import_meta(trace, trace_path, args, attr, device_type)
-    ops, meta["ceilings"], meta["coverage"] = analyze_ops(attr.ops, meta)
+    ops, ceilings, coverage = analyze_ops(attr.ops, meta)
+    meta = meta.with_keys(ceilings=ceilings, coverage=coverage)
     return _write_run(out_dir, attr, ops, meta, trace_path), meta
 
 

@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from kernel_advisor.analyze.regions import region_summary, region_view
-from kernel_advisor.collect.rundir import Run
+from kernel_advisor.collect.rundir import LoadedRun
 from kernel_advisor.errors import UserInputError
 
 
@@ -14,7 +14,7 @@ def tiny_run():
     seq = pd.DataFrame({"seq": range(5), "row_id": [0, 0, 1, 0, 1], "region": ["attn", "attn", "mlp", "mlp", "mlp"],
                         "device_time_per_call_s": [2e-3, 2e-3, 1e-3, 2e-3, 1e-3],
                         "name": ["aten::mm"] * 2 + ["aten::add", "aten::mm", "aten::add"]})
-    return Run(path=None, meta={"steps": 1, "total_device_time_s": 8e-3}, ops=ops, sequence=seq)
+    return LoadedRun(path=None, meta={"steps": 1, "total_device_time_s": 8e-3}, ops=ops, sequence=seq)
 
 
 def test_region_view_recounts_the_rows_inside():

@@ -57,7 +57,7 @@ def test_splitter_cuts_whole_events_on_odd_chunk_sizes(monkeypatch, chunk_bytes)
             events += payload
     expected = json.loads(raw)
     assert events == expected["traceEvents"]  # every event once, in file order
-    assert splitter.meta == {k: v for k, v in expected.items() if k != "traceEvents"}
+    assert splitter.header == {k: v for k, v in expected.items() if k != "traceEvents"}
 
 
 def test_source_streams_gzip_and_plain_alike(tmp_path, monkeypatch):

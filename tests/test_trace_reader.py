@@ -72,13 +72,13 @@ def _rows(df: pd.DataFrame) -> list[tuple]:
 
 def _assert_same_as_json(trace: TraceData, path: Path) -> None:
     expected = _load(path)
-    assert trace.meta == {k: v for k, v in expected.items() if k != "traceEvents"}
+    assert trace.header == {k: v for k, v in expected.items() if k != "traceEvents"}
     for table, rows in _expected(expected).items():
         assert _rows(getattr(trace, table)) == rows, table
 
 
 def _assert_same(a: TraceData, b: TraceData, meta: bool = True) -> None:
-    assert a.meta == b.meta or not meta
+    assert a.header == b.header or not meta
     for table in [*TABLE_COLUMNS, "collectives"]:
         pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table))
 
@@ -175,10 +175,10 @@ def test_repeated_strings_are_one_object(fixtures):
 
 
 def test_meta_keeps_keys_before_and_after_trace_events(fixtures):
-    meta = fixtures["cuda_gpt_compiled"].meta
-    assert meta["deviceProperties"][0]["name"] == "NVIDIA H200"
-    assert meta["traceName"] == "/root/out/cuda_gpt_compiled.json"  # written after traceEvents
-    assert "traceEvents" not in meta
+    header = fixtures["cuda_gpt_compiled"].header
+    assert header["deviceProperties"][0]["name"] == "NVIDIA H200"
+    assert header["traceName"] == "/root/out/cuda_gpt_compiled.json"  # written after traceEvents
+    assert "traceEvents" not in header
 
 
 # --- other layouts go through the json path and must give the same tables ---------------
@@ -300,8 +300,8 @@ def test_plain_json_cut_into_tiny_chunks(monkeypatch, tmp_path):
     monkeypatch.setattr(source, "READ_BYTES", 1)  # plain files are read 16 x READ_BYTES at a time
     monkeypatch.setattr(split, "BLOCK_BYTES", 3000)
     trace = read_trace(path)
-    assert trace.meta["tail_number"] == -1234567
-    assert trace.meta["flag"] is True and trace.meta["nothing"] is None
+    assert trace.header["tail_number"] == -1234567
+    assert trace.header["flag"] is True and trace.header["nothing"] is None
     _assert_same_as_json(trace, path)
 
 

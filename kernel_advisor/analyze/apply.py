@@ -7,11 +7,12 @@ import pandas as pd
 
 from kernel_advisor.analyze.ceilings import calibration_provenance, resolve_ceilings
 from kernel_advisor.analyze.roofline import classify, coverage
+from kernel_advisor.records.run import RunMeta
 
 
-def analyze_ops(ops: pd.DataFrame, meta: dict) -> tuple[pd.DataFrame, dict, dict]:
+def analyze_ops(ops: pd.DataFrame, meta: RunMeta) -> tuple[pd.DataFrame, dict, dict]:
     """(ops with analyze columns, ceilings as recorded in run.json, coverage)."""
-    device = meta["device"]
+    device = RunMeta.of(meta).device
     ceilings = resolve_ceilings(device["name"], device.get("driver", ""), device_type=device["type"])
     analyzed = classify(ops, ceilings, meta)
     recorded = dataclasses.asdict(ceilings)

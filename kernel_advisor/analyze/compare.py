@@ -16,8 +16,9 @@ from typing import Any, Sequence
 import pandas as pd
 
 from kernel_advisor.records.recommendations import RecommendationEntry as Recommendation
-from kernel_advisor.collect.rundir import Run
+from kernel_advisor.collect.rundir import LoadedRun
 from kernel_advisor.collect.step_time import StepTime, intervals_overlap, step_time_of
+from kernel_advisor.records.run import RunMeta
 
 HOTSPOT_SHARE_PCT = 1.0  # "a hotspot": at least this share of the run's device time
 KEY_COLUMNS = ("name", "input_shapes", "input_dtypes")
@@ -133,10 +134,10 @@ def op_key(name: str, shapes: Any, dtypes: Any) -> str:
     return json.dumps([name, shapes, dtypes], separators=(",", ":"))
 
 
-def per_step_ops(run: Run) -> pd.DataFrame:
+def per_step_ops(run: LoadedRun) -> pd.DataFrame:
     """Device time and calls per step per op key (rows sharing a key, e.g. in two regions, summed)."""
     ops = run.ops
-    steps = max(int(run.meta.get("steps") or 1), 1)
+    steps = RunMeta.of(run.meta).step_count
     if ops.empty:
         return pd.DataFrame(columns=["name", "input_shapes", "input_dtypes", "region", "time_per_step_s",
                                      "calls_per_step", "share_pct"], index=pd.Index([], name="key"))
@@ -192,7 +193,7 @@ def context_changes(meta_a: dict, meta_b: dict) -> tuple[ContextChange, ...]:
     return tuple(changes)
 
 
-def recommendation_outcomes(recs: Sequence[Recommendation], run_a: Run, deltas: pd.DataFrame,
+def recommendation_outcomes(recs: Sequence[Recommendation], run_a: LoadedRun, deltas: pd.DataFrame,
                             step_a_s: float, step_b_s: float) -> tuple[RecommendationOutcome, ...]:
     keys_by_row = {}
     if not run_a.ops.empty:
@@ -215,7 +216,7 @@ def recommendation_outcomes(recs: Sequence[Recommendation], run_a: Run, deltas: 
     return tuple(outcomes)
 
 
-def compare_runs(run_a: Run, run_b: Run, recommendations_a: Sequence[Recommendation] | None = None,
+def compare_runs(run_a: LoadedRun, run_b: LoadedRun, recommendations_a: Sequence[Recommendation] | None = None,
                  min_share_pct: float = HOTSPOT_SHARE_PCT) -> RunComparison:
     """Everything `advisor compare` reports; B is the "after" run."""
     table_a, table_b = per_step_ops(run_a), per_step_ops(run_b)

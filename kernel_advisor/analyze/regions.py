@@ -7,11 +7,12 @@ import fnmatch
 import numpy as np
 import pandas as pd
 
-from kernel_advisor.collect.rundir import Run
+from kernel_advisor.collect.rundir import LoadedRun
 from kernel_advisor.errors import UserInputError
+from kernel_advisor.records.run import RunMeta
 
 
-def region_view(run: Run, pattern: str) -> Run:
+def region_view(run: LoadedRun, pattern: str) -> LoadedRun:
     """The run as seen inside the regions matching `pattern` (a name or an fnmatch glob).
 
     Rows are re-aggregated from the region's own occurrences in sequence.csv: calls and
@@ -29,8 +30,8 @@ def region_view(run: Run, pattern: str) -> Run:
     scale = ops["row_id"].map(per_row["time_s"]) / ops["device_time_total_s"].replace(0, np.nan)
     ops["calls"] = ops["row_id"].map(per_row["calls"]).astype(int)
     ops["device_time_total_s"] = ops["row_id"].map(per_row["time_s"])
-    steps = max(int(run.meta.get("steps") or 1), 1)
-    total = float(run.meta.get("total_device_time_s") or 0.0)
+    meta = RunMeta.of(run.meta)
+    steps, total = meta.step_count, meta.total_device_time_s
     ops["device_time_per_step_s"] = ops["device_time_total_s"] / steps
     ops["device_time_per_call_s"] = ops["device_time_total_s"] / ops["calls"]
     ops["share_pct"] = 100.0 * ops["device_time_total_s"] / total if total > 0 else 0.0

@@ -16,6 +16,7 @@ from kernel_advisor.experiment.search import SearchOptions
 from kernel_advisor.recommend.report import Report
 from kernel_advisor.render.measured_render import measured_markdown, render_measured
 from kernel_advisor.render.recommend_render import render_markdown, render_table
+from kernel_advisor.records.run import RunMeta
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def measure_and_render(report: Report, doc: dict[str, Any], meta: Mapping[str, A
     try:
         with progress:
             doc, m = measure_document(report, doc, loaded, mode, options, args.top, args.also, report_cb, run_dir,
-                                      meta.get("device_busy_frac"), console.diagnostics_to)
+                                      RunMeta.of(meta).device_busy_frac, console.diagnostics_to)
     except KeyboardInterrupt:
         from kernel_advisor.cli.app import fail
         from kernel_advisor.records.experiments import FILE

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterable
 
 from kernel_advisor.errors import UserInputError
+from kernel_advisor.records.run import RunMeta
 
 # What a run directory holds besides the reports and charts written into it.
 RUN_RECORD_FILES = frozenset({"run.json", "ops.csv", "sequence.csv", "trace.json", "trace.json.gz",
@@ -73,8 +74,7 @@ def model_file_of(directory: Path) -> Path | None:
     """The model file named by a run.json in `directory`, if there is one (read leniently:
     this is only a guard, the run itself is checked where it is loaded)."""
     try:
-        meta = json.loads((directory / "run.json").read_text(encoding="utf-8"))
-        name = meta["model"]["file"]
+        name = RunMeta.of(json.loads((directory / "run.json").read_text(encoding="utf-8"))).model_file
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
     return Path(name) if isinstance(name, str) and name else None

@@ -11,6 +11,7 @@ from kernel_advisor.cli.options import AutocastOption, Device, DType, Mode, auto
 from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.collect.counts import validate_counts
 from kernel_advisor.errors import UserInputError
+from kernel_advisor.records.run import RunMeta
 
 if TYPE_CHECKING:
     from kernel_advisor.distributed.launch import DistributedRequest
@@ -71,7 +72,7 @@ def profile_cmd(
                                steps=steps, warmup=warmup, out=out, seed=seed, autocast=autocast_name(autocast),
                                progress=report, with_stack=with_stack, threads=threads)
     run_dir, meta = run.path, run.meta
-    for where in meta.get("nonfinite_outputs", []):
+    for where in meta.nonfinite_outputs:
         console.warn(f"the model's output has non-finite values: {where}; profiling went on")
     _warn_mutated_inputs(run)
     shown = region_view(run, region) if region else run
@@ -79,7 +80,7 @@ def profile_cmd(
         console.out.print_json(profile_json(shown.meta, shown.ops, run_dir, top))
     else:
         where = f" in region '{region}'" if region else ""
-        console.out.print(hotspot_table(shown.ops, top, title=f"Top hotspots{where} — {Path(model).name} on {meta['device']['name']}"))
+        console.out.print(hotspot_table(shown.ops, top, title=f"Top hotspots{where} — {Path(model).name} on {RunMeta.of(meta).device_name}"))
         if not region and (run.sequence["region"] != "").any():
             console.out.print(region_table(run.sequence, run.ops))
         console.out.print(summary_line(run.meta, run_dir))
@@ -129,11 +130,11 @@ def _profile_distributed(request: DistributedRequest, out: Optional[Path], top: 
     if json_out:
         console.out.print_json(distributed_json(run.meta, run.ops, run_dir, top, doc))
     else:
-        title = f"Top hotspots — rank 0 of {doc['world_size']} — {request.model.name} on {meta['device']['name']}"
+        title = f"Top hotspots — rank 0 of {doc['world_size']} — {request.model.name} on {RunMeta.of(meta).device_name}"
         console.out.print(hotspot_table(run.ops, top, title=title))
         console.out.print(rank_table(doc))
         console.out.print(collective_table(doc))
         console.out.print(summary_line(run.meta, run_dir))
-        console.out.print(distributed_line(run.meta["distributed"]))
+        console.out.print(distributed_line(run.meta.distributed))
     for line in run_warnings(run.meta):  # rank 0's
         console.warn(line)

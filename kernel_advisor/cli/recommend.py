@@ -15,6 +15,7 @@ from kernel_advisor.cli.console import out
 from kernel_advisor.errors import GateExceeded, UserInputError
 
 if TYPE_CHECKING:
+    from kernel_advisor.records.run import RunMeta
     from kernel_advisor.recommend.explain import CompileReport
     from kernel_advisor.recommend.report import Report
 
@@ -25,20 +26,19 @@ class OutputFormat(str, Enum):
     markdown = "markdown"
 
 
-def _compile_check(meta: dict) -> CompileReport:
+def _compile_check(meta: RunMeta) -> CompileReport:
     import torch
 
     from kernel_advisor.recommend.explain import check_compile
 
-    model = meta.get("model") or {}
-    file = model.get("file")
+    file = meta.model_file
     if not file or not Path(file).is_file():
         raise UserInputError(f"--check-compile needs the model file, and run.json names {file!r}, "
                              "which is not here",
                              "run from the directory you profiled in, or drop --check-compile")
-    ran_on_cuda = (meta.get("device") or {}).get("type") == "cuda"
+    ran_on_cuda = meta.device_type == "cuda"
     device = "cuda" if ran_on_cuda and torch.cuda.is_available() else "cpu"
-    return check_compile(file, entry=model.get("entry"), device=device)
+    return check_compile(file, entry=meta.model_entry, device=device)
 
 
 def _emit(report: Report, doc: dict, fmt: OutputFormat) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from kernel_advisor.collect.step_time import Ratio, StepTime, median_step_time
+from kernel_advisor.records.run import RunMeta
 
 STEP_INTERVAL_FRAC = 0.25
 PROFILED_SPREAD_RATIO = 3.0
@@ -190,7 +191,7 @@ def step_too_wide(times_s: Sequence[float]) -> bool:
 
 def noise_warning(meta: Mapping[str, Any]) -> str | None:
     """One line when the profile found its timings noisy: the causes with their figures, and the fix."""
-    doc = meta.get("noise")
+    doc = RunMeta.of(meta).noise
     if not isinstance(doc, Mapping) or not doc.get("causes"):
         return None
     figures = doc.get("figures") or {}
@@ -204,7 +205,7 @@ def noise_warning(meta: Mapping[str, Any]) -> str | None:
 
 
 def _torch_threads(meta: Mapping[str, Any]) -> int:
-    threads = (meta.get("args") or {}).get("threads")
+    threads = RunMeta.of(meta).args.get("threads")
     return int(threads) if isinstance(threads, int) and threads > 0 else 2
 
 
@@ -240,6 +241,6 @@ def within_noise(saving_s: float | None, noise_s: float) -> bool:
 
 
 def noise_of(meta: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    doc = meta.get("noise")
+    doc = RunMeta.of(meta).noise
     return doc if isinstance(doc, Mapping) else None
 

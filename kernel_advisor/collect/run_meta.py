@@ -19,7 +19,7 @@ from kernel_advisor.collect.profiler import Capture, effective_dtype
 from kernel_advisor.collect.noise import detect_noise
 from kernel_advisor.collect.step_time import StepTime, overhead_ratio, step_time_estimate, trace_span_step_time
 from kernel_advisor.collect.trace import TraceData, shapes_recorded
-from kernel_advisor.records.run import SCHEMA_VERSION, RunRecord
+from kernel_advisor.records.run import SCHEMA_VERSION, RunMeta, RunRecord
 
 FILES = {"ops": "ops.csv", "sequence": "sequence.csv", "trace": "trace.json.gz"}
 
@@ -46,7 +46,7 @@ def _common_meta(attr: Attribution, source: str, args: dict) -> dict:
 
 
 def profile_meta(loaded: LoadedModel, args: dict, cap: Capture, attr: Attribution,
-                 timing: KernelTiming | None = None) -> dict:
+                 timing: KernelTiming | None = None) -> RunMeta:
     """`timing`: how the timing pass went (None: there was none). When its durations were used,
     its steps are the profiled steps every figure (overhead, device busy) compares against."""
     meta = _common_meta(attr, "profile", args)
@@ -74,8 +74,8 @@ def profile_meta(loaded: LoadedModel, args: dict, cap: Capture, attr: Attributio
         "nonfinite_outputs": list(cap.nonfinite_outputs),
     })
     if timed_apart and sum(profiled) > 0:  # busy over the steps that timed it
-        meta["device_busy_frac"] = min(attr.device_busy_s / sum(profiled), 1.0)
-    return meta
+        meta.update(device_busy_frac=min(attr.device_busy_s / sum(profiled), 1.0))
+    return RunMeta(meta)
 
 
 def _kernel_timing_json(cap: Capture, timing: KernelTiming | None) -> dict:
@@ -87,15 +87,14 @@ def _kernel_timing_json(cap: Capture, timing: KernelTiming | None) -> dict:
             "shapes_pass_step_wall_s": list(cap.step_wall_s), "shapes_pass_overhead": _json_or_none(shapes_overhead)}
 
 
-def import_meta(trace: TraceData, trace_path: Path, args: dict, attr: Attribution, device_type: str) -> dict:
+def import_meta(trace: TraceData, trace_path: Path, args: dict, attr: Attribution, device_type: str) -> RunMeta:
     meta = _common_meta(attr, "import", args)
-    props = (trace.meta.get("deviceProperties") or [{}])[0] if device_type == "cuda" else {}
+    props = (trace.device_properties or [{}])[0] if device_type == "cuda" else {}
     meta.update({
         "model": {"file": str(trace_path), "sha256": None, "entry": None},
         "device": _imported_device(props, device_type),
-        "versions": {"trace_schema": trace.meta.get("schemaVersion"),
-                     "cuda_runtime": trace.meta.get("cuda_runtime_version"),
-                     "cuda_driver": trace.meta.get("cuda_driver_version")},
+        "versions": {"trace_schema": trace.trace_schema_version, "cuda_runtime": trace.cuda_runtime_version,
+                     "cuda_driver": trace.cuda_driver_version},
         # Unknown for a foreign trace: the rules treat None as "not recorded".
         "settings": {"allow_tf32_matmul": None, "allow_tf32_cudnn": None, "float32_matmul_precision": None,
                      "cudnn_benchmark": None, "mode": args.get("mode"), "dtype": "keep",
@@ -106,7 +105,7 @@ def import_meta(trace: TraceData, trace_path: Path, args: dict, attr: Attributio
         "nonfinite_outputs": [],
         "shapes_recorded": shapes_recorded(trace),  # False: nothing could be costed (record_shapes=False)
     })
-    return meta
+    return RunMeta(meta)
 
 
 def _imported_step_time(attr: Attribution) -> StepTime | None:

@@ -24,7 +24,7 @@ from pandas.api.types import is_bool_dtype, is_numeric_dtype
 from kernel_advisor.collect.interrupts import deferred_sigint, record_kept_run
 from kernel_advisor.errors import AdvisorError, EnvironmentCapabilityError, UserInputError
 from kernel_advisor.records import columns
-from kernel_advisor.records.run import SCHEMA_VERSION, RunRecord
+from kernel_advisor.records.run import SCHEMA_VERSION, RunMeta, RunRecord
 
 JSON_COLUMNS = ("input_shapes", "input_dtypes", "input_strides", "concrete_inputs", "kernels")
 REQUIRED_FILES = ("run.json", "ops.csv", "sequence.csv")
@@ -41,9 +41,11 @@ def runs_root() -> Path:
 
 
 @dataclass(frozen=True)
-class Run:
+class LoadedRun:
+    """A run directory's three files, read and checked (`load_run`)."""
+
     path: Path
-    meta: dict
+    meta: RunMeta
     ops: pd.DataFrame
     sequence: pd.DataFrame
 
@@ -302,7 +304,7 @@ def _latest_target(latest: Path) -> Path:
 _MAX_LATEST_BYTES = 4096  # PATH_MAX: a path longer than this names no directory
 
 
-def load_run(path: str | Path) -> Run:
+def load_run(path: str | Path) -> LoadedRun:
     path = Path(path)
     missing = [f for f in REQUIRED_FILES if not (path / f).is_file()]
     if missing:
@@ -323,25 +325,8 @@ def load_run(path: str | Path) -> Run:
     _check_values(path / "sequence.csv", sequence, columns.SEQUENCE_NON_NEGATIVE, ())
     _check_ops_totals(path / "ops.csv", ops, record.values.get("total_device_time_s"))
     if "kernels" in ops.columns:
-        ops["kernels"] = [_renamed_items(k, columns.renames(version, columns.KERNELS)) for k in ops["kernels"]]
-    return Run(path=path, meta=_current_meta(record.meta(), version), ops=ops, sequence=sequence)
-
-
-def _current_meta(meta: dict, version: int) -> dict:
-    """run.json as this schema names it: an older run's renamed keys (records/columns.py) renamed."""
-    coverage = meta.get("coverage")
-    if isinstance(coverage, dict) and isinstance(coverage.get("unmodelled"), list):
-        unmodelled = _renamed_items(coverage["unmodelled"], columns.renames(version, columns.UNMODELLED))
-        meta = {**meta, "coverage": {**coverage, "unmodelled": unmodelled}}
-    return {**meta, "schema_version": SCHEMA_VERSION}
-
-
-def _renamed_items(items: list, renamed: Mapping[str, str]) -> list:
-    """Each dict of `items` with its keys renamed (old -> new); other items as they are."""
-    if not renamed:
-        return items
-    return [{renamed.get(k, k): v for k, v in item.items()} if isinstance(item, dict) else item
-            for item in items]
+        ops["kernels"] = [columns.renamed_items(k, columns.renames(version, columns.KERNELS)) for k in ops["kernels"]]
+    return LoadedRun(path=path, meta=record.current_meta(), ops=ops, sequence=sequence)
 
 
 def _check_table(path: Path, table: pd.DataFrame, required: tuple[str, ...]) -> None:

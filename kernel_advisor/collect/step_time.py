@@ -19,6 +19,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
+from kernel_advisor.records.run import RunMeta
 
 CONFIDENCE = 0.95
 # Steady state: the first third of the timed steps may be at most this much slower (median)
@@ -170,15 +171,16 @@ def trace_span_step_time(span_s: float, steps: int) -> StepTime:
 def step_time_of(meta: Mapping[str, Any]) -> StepTime | None:
     """run.json's step time; an older run.json without `step_s` gets the same estimate from its
     step lists. None when the run has no step times at all."""
-    recorded = StepTime.from_json(meta.get("step_s"))
+    meta = RunMeta.of(meta)
+    recorded = StepTime.from_json(meta.step_s)
     if recorded is not None:
         return recorded
-    return step_time_estimate(meta.get("step_wall_s"), meta.get("unprofiled_step_wall_s"), meta.get("loop_step_s"))
+    return step_time_estimate(meta.step_wall_s, meta.unprofiled_step_wall_s, meta.loop_step_s)
 
 
 def sync_step_time_of(meta: Mapping[str, Any]) -> StepTime | None:
     """The synchronized step (a synchronize after every step: one call's latency), when timed."""
-    steps = _clean(meta.get("unprofiled_step_wall_s"))
+    steps = _clean(RunMeta.of(meta).unprofiled_step_wall_s)
     return median_step_time(steps, "unprofiled") if steps else None
 
 
@@ -204,10 +206,11 @@ def overhead_ratio(profiled_s: Sequence[float] | None, unprofiled_s: Sequence[fl
 
 def overhead_of(meta: Mapping[str, Any]) -> Ratio | None:
     """run.json's profiler overhead with its interval (worked out for an older run.json)."""
-    recorded = Ratio.from_json(meta.get("profiler_overhead"))
+    meta = RunMeta.of(meta)
+    recorded = Ratio.from_json(meta.profiler_overhead)
     if recorded is not None:
         return recorded
-    return overhead_ratio(meta.get("step_wall_s"), meta.get("unprofiled_step_wall_s"))
+    return overhead_ratio(meta.step_wall_s, meta.unprofiled_step_wall_s)
 
 
 def drift_ratio(times_s: Sequence[float]) -> float | None:
@@ -249,7 +252,7 @@ def time_until_steady(time_round: Callable[[], list[float]],
 
 
 def steady_state_of(meta: Mapping[str, Any]) -> SteadyState | None:
-    doc = meta.get("steady_state")
+    doc = RunMeta.of(meta).steady_state
     if not isinstance(doc, Mapping):
         return None
     first, final = doc.get("first_drift_ratio"), doc.get("final_drift_ratio")

@@ -8,13 +8,14 @@ import torch
 
 from kernel_advisor.collect.loader import LoadedModel, file_sha256, load_model
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
+from kernel_advisor.records.run import RunMeta
 
 
 def load_run_model(meta: Mapping[str, Any], run_dir: Path) -> tuple[LoadedModel, str, list[str]]:
     """(loaded model, mode, notes for people) for the run described by `meta` (run.json)."""
-    model = meta.get("model") or {}
-    args = meta.get("args") or {}
-    file = model.get("file")
+    meta = RunMeta.of(meta)
+    model, args = meta.model, meta.args
+    file = meta.model_file
     if not file:
         raise UserInputError(f"{run_dir}: run.json names no model file (an imported trace?)",
                              "profile the model with `advisor profile MODEL.py` to measure its advice")
@@ -22,7 +23,7 @@ def load_run_model(meta: Mapping[str, Any], run_dir: Path) -> tuple[LoadedModel,
     if not path.is_file():
         raise UserInputError(f"--measure needs the model file, and run.json names {file}, which is not here",
                              "run from the machine and directory you profiled on")
-    device = args.get("device") or (meta.get("device") or {}).get("type") or "auto"
+    device = args.get("device") or meta.device_type or "auto"
     if device == "cuda" and not torch.cuda.is_available():
         raise EnvironmentCapabilityError("the run was profiled on CUDA, and no CUDA device is visible here",
                                          "measure on the machine you profiled on")

@@ -18,6 +18,7 @@ from kernel_advisor.collect.noise import step_noise_s
 from kernel_advisor.collect.step_time import step_time_of
 from kernel_advisor.dtypes import is_floating
 from kernel_advisor.recommend.kernels import op_family
+from kernel_advisor.records.run import RunMeta
 
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
             "aten::addbmm", "aten::_addmm_activation")
@@ -39,7 +40,7 @@ _ATTENTION_KERNEL_MARKS = (("cudnn", ("cudnn",)), ("flash", ("flash",)),
 # run.json "distributed" numbers a run-scope rule may test (absent for a single process).
 DISTRIBUTED_KEYS = ("world_size", "straggler_ratio", "exposed_comm_s", "exposed_comm_pct", "max_comm_wait_s",
                     "max_comm_wait_pct", "waited_for_rank", "overlap_frac", "allreduce_count",
-                    "mean_allreduce_bytes", "busbw_frac_of_ceiling")
+                    "mean_allreduce_bytes", "busbw_frac_of_ceiling", "allgather_overlap_frac")
 
 
 @dataclass(frozen=True)
@@ -63,26 +64,25 @@ class RunContext:
 
 
 def run_context(meta: Mapping[str, Any]) -> RunContext:
-    steps = max(int(meta.get("steps") or 1), 1)
-    device = meta.get("device") or {}
-    device_per_step_s = float(meta.get("total_device_time_s") or 0.0) / steps
-    busy_s = meta.get("device_busy_s")
+    meta = RunMeta.of(meta)
+    steps, device = meta.step_count, meta.device
+    device_per_step_s = meta.total_device_time_s / steps
+    busy_s = meta.device_busy_s
     busy_per_step_s = float(busy_s) / steps if busy_s is not None else device_per_step_s
     # NB: the unprofiled wall time is the real step; profiler overhead only inflates host time.
     step = step_time_of(meta)
     step_s = step.value_s if step is not None and step.value_s > 0 else device_per_step_s
     basis = step.basis() if step is not None and step.value_s > 0 else "device time per step (no step times)"
     cap = device.get("capability")
-    settings = dict(meta.get("settings") or {})
-    mode = settings.get("mode") or (meta.get("args") or {}).get("mode") or "inference"
+    settings = meta.settings
+    mode = settings.get("mode") or meta.mode or "inference"
     settings.setdefault("mode", mode)
     return RunContext(
         steps=steps, step_s=step_s, device_time_per_step_s=device_per_step_s,
         device_busy_per_step_s=busy_per_step_s, device_type=str(device.get("type") or "cpu"),
         device_name=str(device.get("name") or ""), capability=tuple(cap) if cap else None,
-        settings=settings, ceilings=dict(meta.get("ceilings") or {}),
-        model_file=(meta.get("model") or {}).get("file"), mode=mode,
-        distributed=dict(meta.get("distributed") or {}), step_basis=basis,
+        settings=settings, ceilings=meta.ceilings, model_file=meta.model_file, mode=mode,
+        distributed=meta.distributed, step_basis=basis,
         step_noise_s=step_noise_s(step) if step is not None and step.value_s > 0 else 0.0)
 
 

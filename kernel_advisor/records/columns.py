@@ -71,3 +71,11 @@ def renamed_ops_column(old: str) -> str | None:
         if old in RENAMED_SINCE[version].get(OPS, {}):
             return renames(version, OPS)[old]
     return None
+
+
+def renamed_items(items: list, renamed: Mapping[str, str]) -> list:
+    """Each dict of `items` with its keys renamed (old -> new); other items as they are."""
+    if not renamed:
+        return items
+    return [{renamed.get(k, k): v for k, v in item.items()} if isinstance(item, dict) else item
+            for item in items]

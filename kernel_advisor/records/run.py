@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from kernel_advisor.records import columns
 from kernel_advisor.records.base import RecordError, strict
 
 SCHEMA_VERSION = 2
@@ -151,9 +152,20 @@ class RunRecord:
             raise RecordError(f"{path} is corrupted (JSON nested too deeply to read)", DAMAGED_FIX) from None
         return cls.from_json(doc, path)
 
-    def meta(self) -> dict[str, Any]:
-        """The document as a plain dict, schema_version the one it declared."""
-        return {"schema_version": self.schema_version, **self.values}
+    def meta(self) -> "RunMeta":
+        """The document, schema_version the one it declared."""
+        return RunMeta({"schema_version": self.schema_version, **self.values})
+
+    def current_meta(self) -> "RunMeta":
+        """The document under this schema's names (an older run's renamed keys renamed:
+        records/columns.py), schema_version this schema's."""
+        meta = self.meta()
+        coverage = meta.coverage
+        if isinstance(coverage.get("unmodelled"), list):
+            renamed = columns.renames(self.schema_version, columns.UNMODELLED)
+            meta = meta.with_keys(coverage={**coverage, "unmodelled": columns.renamed_items(coverage["unmodelled"],
+                                                                                             renamed)})
+        return meta.with_keys(schema_version=SCHEMA_VERSION)
 
 
 def _readable_version(version: Any, source: str | Path) -> int:
@@ -165,3 +177,170 @@ def _readable_version(version: Any, source: str | Path) -> int:
                           f"(up to {SCHEMA_VERSION})", NEWER_FIX)
     raise RecordError(f"{source} was written with run schema {version!r}; this advisor reads run schemas "
                       f"{', '.join(map(str, READABLE_VERSIONS))}", SCHEMA_FIX)
+
+
+def _section(doc: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = doc.get(key)
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+class RunMeta(dict):
+    """run.json as its readers use it: the document (a dict, as `Run.meta` always was) with its
+    keys as typed attributes, so no reader outside records/ looks a key up by string.
+
+    A section left out (a run written before it existed, an imported trace) reads as an empty
+    dict, a figure left out as None: the fall-backs every reader used to spell out itself."""
+
+    @classmethod
+    def of(cls, meta: Mapping[str, Any] | None) -> "RunMeta":
+        """`meta` itself when it is one already, else a RunMeta over a copy of it."""
+        return meta if isinstance(meta, RunMeta) else cls(meta or {})
+
+    # Sections (objects in run.json)
+    @property
+    def model(self) -> dict[str, Any]:
+        return _section(self, "model")
+
+    @property
+    def args(self) -> dict[str, Any]:
+        """The options the run was made with (profile / import)."""
+        return _section(self, "args")
+
+    @property
+    def device(self) -> dict[str, Any]:
+        return _section(self, "device")
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return _section(self, "settings")
+
+    @property
+    def versions(self) -> dict[str, Any]:
+        return _section(self, "versions")
+
+    @property
+    def ceilings(self) -> dict[str, Any]:
+        return _section(self, "ceilings")
+
+    @property
+    def coverage(self) -> dict[str, Any]:
+        return _section(self, "coverage")
+
+    @property
+    def distributed(self) -> dict[str, Any]:
+        return _section(self, "distributed")
+
+    @property
+    def is_distributed(self) -> bool:
+        return "distributed" in self
+
+    # Where the run came from
+    @property
+    def model_file(self) -> str | None:
+        return self.model.get("file")
+
+    @property
+    def model_entry(self) -> str | None:
+        return self.model.get("entry")
+
+    @property
+    def device_type(self) -> str | None:
+        return self.device.get("type")
+
+    @property
+    def device_name(self) -> str | None:
+        return self.device.get("name")
+
+    @property
+    def source(self) -> str | None:
+        """"profile" or "import"."""
+        return self.get("source")
+
+    @property
+    def created(self) -> str | None:
+        return self.get("created")
+
+    @property
+    def mode(self) -> str | None:
+        """inference | train, as the options gave it."""
+        return self.args.get("mode")
+
+    # Counts and figures
+    @property
+    def steps(self) -> int | None:
+        return self.get("steps")
+
+    @property
+    def step_count(self) -> int:
+        """The profiled steps every total is divided by: at least 1."""
+        return max(int(self.get("steps") or 1), 1)
+
+    @property
+    def total_device_time_s(self) -> float:
+        return float(self.get("total_device_time_s") or 0.0)
+
+    @property
+    def device_busy_s(self) -> float | None:
+        return self.get("device_busy_s")
+
+    @property
+    def device_busy_frac(self) -> float | None:
+        return self.get("device_busy_frac")
+
+    @property
+    def peak_memory_bytes(self) -> int | None:
+        return self.get("peak_memory_bytes")
+
+    @property
+    def nonfinite_outputs(self) -> list:
+        return list(self.get("nonfinite_outputs") or [])
+
+    @property
+    def step_markers(self) -> str | None:
+        return self.get("step_markers")
+
+    @property
+    def records_step_markers(self) -> bool:
+        """Whether the run says which step markers it found (runs before that key did not)."""
+        return "step_markers" in self
+
+    @property
+    def shapes_recorded(self) -> bool | None:
+        return self.get("shapes_recorded")
+
+    # Timing (collect/step_time.py reads these into estimates)
+    @property
+    def step_s(self) -> dict | None:
+        return self.get("step_s")
+
+    @property
+    def step_wall_s(self) -> list | None:
+        return self.get("step_wall_s")
+
+    @property
+    def unprofiled_step_wall_s(self) -> list | None:
+        return self.get("unprofiled_step_wall_s")
+
+    @property
+    def loop_step_s(self) -> list | None:
+        return self.get("loop_step_s")
+
+    @property
+    def profiler_overhead(self) -> dict | None:
+        return self.get("profiler_overhead")
+
+    @property
+    def steady_state(self) -> dict | None:
+        return self.get("steady_state")
+
+    @property
+    def kernel_timing(self) -> dict | None:
+        return self.get("kernel_timing")
+
+    @property
+    def noise(self) -> dict | None:
+        return self.get("noise")
+
+    def with_keys(self, **values: Any) -> "RunMeta":
+        """A copy with `values` set (a writer adding what a later stage worked out)."""
+        return RunMeta({**self, **values})

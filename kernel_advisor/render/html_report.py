@@ -11,13 +11,14 @@ from pathlib import Path
 
 from kernel_advisor import __version__
 from kernel_advisor.analyze.run_extras import load_recommendations, load_try_kernel
-from kernel_advisor.collect.rundir import Run, write_text_atomic
+from kernel_advisor.collect.rundir import LoadedRun, write_text_atomic
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
 from kernel_advisor.render.report_extras import recommendations_section, try_kernel_section
 from kernel_advisor.render.report_sections import (ceilings_section, hotspot_section, ordered_ops,
                                                    regions_section, summary_section)
 from kernel_advisor.render.report_template import Html, h, join, page
 from kernel_advisor.render.roofline_chart import caption, draw_roofline, roofline_data, svg_for_html
+from kernel_advisor.records.run import RunMeta
 
 SECTIONS = (("summary", "Summary"), ("ceilings", "Device and ceilings"), ("roofline", "Roofline"),
             ("hotspots", "Hotspots"), ("regions", "Regions"), ("recommendations", "Recommendations"),
@@ -45,7 +46,7 @@ class _Chart:
     problem: str | None
 
 
-def roofline_section(run: Run) -> _Chart:
+def roofline_section(run: LoadedRun) -> _Chart:
     title = h("h2", "Roofline")
     try:
         data = roofline_data(run.ops, run.meta)
@@ -60,24 +61,25 @@ def roofline_section(run: Run) -> _Chart:
     return _Chart(h("section", title, figure, id="roofline"), chart.points, None)
 
 
-def _report_data(run: Run, top: int) -> dict:
+def _report_data(run: LoadedRun, top: int) -> dict:
     hot = ordered_ops(run.ops).head(top)
     columns = [c for c in DATA_HOTSPOT_COLUMNS if c in hot.columns]
     return {"kernel_advisor": __version__, "run_dir": str(run.path), "run": run.meta,
             "hotspots": hot[columns].to_dict(orient="records")}
 
 
-def render_report(run: Run, top: int = DEFAULT_TOP) -> tuple[str, ReportResult]:
+def render_report(run: LoadedRun, top: int = DEFAULT_TOP) -> tuple[str, ReportResult]:
     """(the HTML document, what went into it); `path` in the result is the run directory."""
     if top < 1:
         raise UserInputError(f"--top must be at least 1, got {top}", "pass --top 1 or more")
     recs, tries = load_recommendations(run.path), load_try_kernel(run.path)
     chart = roofline_section(run)
-    meta = run.meta
-    model = (meta.get("model") or {}).get("file") or run.path.name
-    device = (meta.get("device") or {}).get("name") or "unknown device"
+    meta = RunMeta.of(run.meta)
+    model = meta.model_file or run.path.name
+    device = meta.device_name or "unknown device"
+    created = meta.created if "created" in meta else "–"
     header = h("header", h("h1", f"kernel_advisor report — {Path(str(model)).name} on {device}"),
-               h("p", f"run {run.path} · created {meta.get('created', '–')}"), class_="top")
+               h("p", f"run {run.path} · created {created}"), class_="top")
     nav = h("nav", [h("a", label, href=f"#{anchor}") for anchor, label in SECTIONS])
     body = join([summary_section(meta, run.ops), ceilings_section(meta, run.ops), chart.html,
                  hotspot_section(run.ops, meta, top), regions_section(run.ops, meta),
@@ -92,7 +94,7 @@ def render_report(run: Run, top: int = DEFAULT_TOP) -> tuple[str, ReportResult]:
     return document, result
 
 
-def write_report(run: Run, out: Path, top: int = DEFAULT_TOP) -> ReportResult:
+def write_report(run: LoadedRun, out: Path, top: int = DEFAULT_TOP) -> ReportResult:
     """Render and write atomically (a browser never sees half a report)."""
     out = Path(out)
     if out.is_dir():

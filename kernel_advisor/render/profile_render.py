@@ -16,6 +16,7 @@ from kernel_advisor.collect.step_time import (overhead_of, steady_state_of, stea
 from kernel_advisor.records.base import json_text
 from kernel_advisor.render.step_render import kernel_timing_warning, overhead_figure_text, step_text
 from kernel_advisor.render.units import fmt_frac_pct, fmt_pct, fmt_si, fmt_time_s, shorten
+from kernel_advisor.records.run import RunMeta
 
 MODELLED_WARN_PCT = 90.0  # below this share of device time modelled, profile and import warn
 UNMODELLED_NAMED = 3  # unmodelled ops the warning names, largest first
@@ -80,15 +81,16 @@ def _dtype(dtypes) -> str:
     return real[0] if real else ""
 
 
-def summary_line(meta: dict, run_dir) -> str:
+def summary_line(meta: RunMeta, run_dir) -> str:
+    meta = RunMeta.of(meta)
     parts = [step_text(step_time_of(meta), sync_step_time_of(meta)),
-             f"device busy {fmt_frac_pct(meta.get('device_busy_frac'))}"]
-    cov = meta.get("coverage") or {}
+             f"device busy {fmt_frac_pct(meta.device_busy_frac)}"]
+    cov = meta.coverage
     if "modelled_time_pct" in cov:
         comm = cov.get("communication_time_pct") or 0.0
         inside = f" ({fmt_pct(comm, 0)} collectives, on the bus roof)" if comm >= 0.5 else ""
         parts.append(f"{fmt_pct(cov['modelled_time_pct'], 0)} of device time modelled{inside}")
-    ceil = meta.get("ceilings") or {}
+    ceil = meta.ceilings
     if ceil.get("source"):
         parts.append(f"ceilings: {ceilings_text(ceil)}")
     if overhead_of(meta) is not None:
@@ -130,7 +132,7 @@ def ceilings_text(ceil: Mapping[str, Any]) -> str:
 
 
 def calibration_warning(meta: Mapping[str, Any]) -> str | None:
-    calibration = (meta.get("ceilings") or {}).get("calibration")
+    calibration = RunMeta.of(meta).ceilings.get("calibration")
     spread = calibration.get("spread_frac") if isinstance(calibration, Mapping) else None
     if not isinstance(spread, (int, float)) or spread <= NOISY_SPREAD_FRAC:
         return None
@@ -150,9 +152,10 @@ def run_warnings(meta: Mapping[str, Any]) -> list[str]:
 
 def step_markers_warning(meta: Mapping[str, Any]) -> str | None:
     """An imported trace with no ProfilerStep markers: per-step figures are whole-trace figures."""
-    if meta.get("source") != "import" or meta.get("step_markers") or "step_markers" not in meta:
+    meta = RunMeta.of(meta)
+    if meta.source != "import" or meta.step_markers or not meta.records_step_markers:
         return None
-    given = (meta.get("args") or {}).get("steps")
+    given = meta.args.get("steps")
     if given:
         return (f"the trace has no ProfilerStep markers: it is taken as {given} steps (--steps {given}), so "
                 f"per-step calls and times are whole-trace totals / {given}")
@@ -162,7 +165,7 @@ def step_markers_warning(meta: Mapping[str, Any]) -> str | None:
 
 
 def shapes_warning(meta: Mapping[str, Any]) -> str | None:
-    if meta.get("shapes_recorded") is not False:
+    if RunMeta.of(meta).shapes_recorded is not False:
         return None
     return ("the trace recorded no input shapes, so no op could be costed (0 % of device time modelled): "
             "record it with torch.profiler.profile(record_shapes=True, schedule=torch.profiler.schedule("
@@ -171,12 +174,13 @@ def shapes_warning(meta: Mapping[str, Any]) -> str | None:
 
 def coverage_warning(meta: Mapping[str, Any], limit_pct: float = MODELLED_WARN_PCT) -> str | None:
     """Under `limit_pct` of device time modelled: name the largest unmodelled ops."""
-    cov = meta.get("coverage") or {}
+    meta = RunMeta.of(meta)
+    cov = meta.coverage
     pct = cov.get("modelled_time_pct")
     if not isinstance(pct, (int, float)) or pct >= limit_pct:
         return None
     unmodelled = [u for u in cov.get("unmodelled") or [] if isinstance(u, Mapping)]
-    total_s = float(meta.get("total_device_time_s") or 0.0)
+    total_s = meta.total_device_time_s
     named = ", ".join(f"{u.get('name')} ({fmt_pct(_share_pct(u.get('device_time_total_s'), total_s), 0)})"
                       for u in unmodelled[:UNMODELLED_NAMED])
     more = len(unmodelled) - UNMODELLED_NAMED

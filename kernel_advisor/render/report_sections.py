@@ -17,6 +17,7 @@ from kernel_advisor.render.profile_render import ceilings_text, run_warnings
 from kernel_advisor.render.report_template import Html, h, join
 from kernel_advisor.render.step_render import overhead_figure_text, step_value_text
 from kernel_advisor.render.units import fmt_frac_pct, fmt_pct, fmt_si, fmt_time_s, shorten
+from kernel_advisor.records.run import RunMeta
 
 _VERDICT_VARS = {"compute-bound": "--compute", "memory-bound": "--memory", "under-occupied": "--occupancy",
                  "latency-bound": "--latency", "sequential": "--sequential", "host-bound": "--host",
@@ -82,7 +83,7 @@ def dtype_text(dtypes: Any) -> str:
 
 
 def _steps(meta: Mapping[str, Any]) -> int:
-    return max(int(meta.get("steps") or 1), 1)
+    return RunMeta.of(meta).step_count
 
 
 # ---------------------------------------------------------------- summary
@@ -109,7 +110,8 @@ def _class_bar(split: dict[str, float]) -> Html:
 
 
 def summary_section(meta: Mapping[str, Any], ops: pd.DataFrame) -> Html:
-    steps, step = _steps(meta), step_time_of(meta)
+    meta = RunMeta.of(meta)
+    steps, step = meta.step_count, step_time_of(meta)
     # NB: an op faster than its roofline (L2 reuse, a cost model that overcounts) has negative
     # headroom; it frees no time for the others, so only positive headroom is summed.
     headroom = (ops["headroom_total_s"].where(ops["headroom_total_s"] > 0).sum() / steps
@@ -117,17 +119,17 @@ def summary_section(meta: Mapping[str, Any], ops: pd.DataFrame) -> Html:
     figures = [
         _figure(f"step time ({step.basis() if step else 'no step times'})", step_value_text(step)),
         _figure("device time per step", fmt_time_s(float(ops["device_time_total_s"].sum()) / steps)),
-        _figure("device busy", fmt_frac_pct(meta.get("device_busy_frac"))),
-        _figure("device time modelled", fmt_pct((meta.get("coverage") or {}).get("modelled_time_pct"))),
+        _figure("device busy", fmt_frac_pct(meta.device_busy_frac)),
+        _figure("device time modelled", fmt_pct(meta.coverage.get("modelled_time_pct"))),
         _figure("time above roofline per step", fmt_time_s(headroom)),
-        _figure("peak memory", fmt_si(meta.get("peak_memory_bytes"), "B")),
+        _figure("peak memory", fmt_si(meta.peak_memory_bytes, "B")),
         _figure("profiler overhead (profiled / unprofiled median)", overhead_figure_text(meta)),
     ]
-    model, args = meta.get("model") or {}, meta.get("args") or {}
-    details = {"model file": model.get("file"), "source": meta.get("source"), "created": meta.get("created"),
+    args = meta.args
+    details = {"model file": meta.model_file, "source": meta.source, "created": meta.created,
                "mode": args.get("mode"), "dtype": args.get("dtype"), "steps (warmup)":
-               f"{meta.get('steps')} ({args.get('warmup', '–')})", **(meta.get("versions") or {})}
-    settings = meta.get("settings") or {}
+               f"{meta.steps} ({args.get('warmup', '–')})", **meta.versions}
+    settings = meta.settings
     warnings = [h("p", f"warning: {line}", class_="note") for line in run_warnings(meta)]
     return h("section", h("h2", "Summary"), h("div", figures, class_="figures"), warnings,
              h("h3", "Device time per step by class", style="margin-top:16px"),
@@ -148,7 +150,7 @@ def _path_usage(ops: pd.DataFrame, steps: int) -> dict[str, float]:
 
 
 def ceilings_section(meta: Mapping[str, Any], ops: pd.DataFrame) -> Html:
-    device, ceil = meta.get("device") or {}, meta.get("ceilings") or {}
+    device, ceil = RunMeta.of(meta).device, RunMeta.of(meta).ceilings
     cap = device.get("capability")
     device_rows = {"name": device.get("name"), "type": device.get("type"),
                    "compute capability": ".".join(map(str, cap)) if cap else None,

@@ -19,6 +19,7 @@ import pandas as pd
 from kernel_advisor.collect.rundir import write_bytes_atomic
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
 from kernel_advisor.render.units import fmt_pct, fmt_si, shorten
+from kernel_advisor.records.run import RunMeta
 
 VERDICT_COLOURS = {"compute-bound": "#2e7d32", "memory-bound": "#1565c0", "under-occupied": "#00838f",
                    "latency-bound": "#ef6c00", "sequential": "#6d4c41",
@@ -88,9 +89,9 @@ def _require_analysis(ops: pd.DataFrame) -> None:
                              "profile again with this version of kernel_advisor")
 
 
-def _ceiling_values(ops: pd.DataFrame, meta: dict, paths: list[str]) -> tuple[float, dict[str, float]]:
+def _ceiling_values(ops: pd.DataFrame, meta: RunMeta, paths: list[str]) -> tuple[float, dict[str, float]]:
     """Bandwidth and peak per path: run.json ceilings first, the ops' own columns as fallback."""
-    ceilings = meta.get("ceilings") or {}
+    ceilings = RunMeta.of(meta).ceilings
     peaks = dict(ceilings.get("peak_flops_per_s") or {})
     bandwidth = ceilings.get("bandwidth_bytes_per_s")
     for path in paths:
@@ -119,12 +120,13 @@ def _skip_masks(ops: pd.DataFrame) -> dict[str, pd.Series]:
     }
 
 
-def roofline_data(ops: pd.DataFrame, meta: dict) -> RooflineData:
+def roofline_data(ops: pd.DataFrame, meta: RunMeta) -> RooflineData:
     """What the chart shows for a loaded run; raises UserInputError when it was not analyzed."""
     _require_analysis(ops)
     ordered = ops.sort_values("device_time_total_s", ascending=False, kind="stable").reset_index(drop=True)
     total_s = float(ordered["device_time_total_s"].sum()) or 1.0
-    steps = max(int(meta.get("steps") or 1), 1)
+    meta = RunMeta.of(meta)
+    steps = meta.step_count
     masks = _skip_masks(ordered)
     drawable = ~pd.concat(masks.values(), axis=1).any(axis=1)
     points = tuple(RooflinePoint(rank=i + 1, name=str(r.name), intensity=float(r.intensity),
@@ -137,9 +139,9 @@ def roofline_data(ops: pd.DataFrame, meta: dict) -> RooflineData:
     skipped = tuple(SkippedOps(reason, int(mask.sum()),
                                100 * float(ordered.loc[mask, "device_time_total_s"].sum()) / total_s)
                     for reason, mask in masks.items() if mask.any())
-    ceilings = meta.get("ceilings") or {}
+    ceilings = meta.ceilings
     return RooflineData(
-        device_name=str(ceilings.get("device_name") or (meta.get("device") or {}).get("name") or "device"),
+        device_name=str(ceilings.get("device_name") or meta.device_name or "device"),
         ceilings_source=str(ceilings.get("source") or "unknown"), bandwidth_bytes_per_s=bandwidth,
         roofs=tuple(sorted(peaks.items(), key=lambda kv: kv[1])), points=points, skipped=skipped)
 

@@ -6,6 +6,7 @@ from typing import Any, Mapping
 from kernel_advisor.collect.kernel_timing import PASS_KERNELS_ONLY
 from kernel_advisor.collect.step_time import Ratio, StepTime, overhead_of
 from kernel_advisor.render.units import fmt_ratio, fmt_time_s
+from kernel_advisor.records.run import RunMeta
 
 
 def interval_text(step: StepTime) -> str:
@@ -57,7 +58,7 @@ def overhead_figure_text(meta: Mapping[str, Any]) -> str:
 def overhead_basis_text(meta: Mapping[str, Any]) -> str:
     """What the overhead compares: "kernels timed with CUDA activity only; the shapes pass 2.10×",
     or "" for a run with one profiled pass."""
-    timing = meta.get("kernel_timing")
+    timing = RunMeta.of(meta).kernel_timing
     if not isinstance(timing, Mapping) or timing.get("source") != PASS_KERNELS_ONLY:
         return ""
     shapes = Ratio.from_json(timing.get("shapes_pass_overhead"))
@@ -67,7 +68,7 @@ def overhead_basis_text(meta: Mapping[str, Any]) -> str:
 
 def kernel_timing_warning(meta: Mapping[str, Any]) -> str | None:
     """A timing pass whose kernels could not be matched to the shapes pass's: say why and what it costs."""
-    timing = meta.get("kernel_timing")
+    timing = RunMeta.of(meta).kernel_timing
     if not isinstance(timing, Mapping) or not timing.get("reason"):
         return None
     return (f"kernel times come from the shapes pass, whose overhead is higher: {timing['reason']}; "

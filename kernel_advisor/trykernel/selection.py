@@ -27,6 +27,7 @@ from kernel_advisor.trykernel.prediction import RunEvidence, evidence_from_run
 from kernel_advisor.trykernel.sets import CandidateSet
 from kernel_advisor.trykernel.substitute_aten import dispatch_cost_s
 from reference_kernels.routes import host_bound
+from kernel_advisor.records.run import RunMeta
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,8 @@ def find_run(run: Path | None, loaded: LoadedModel) -> RunContext:
         return RunContext(None, RunEvidence(), None, ("no run yet: results are not saved (run `advisor profile` "
                                                       "first, or read them with --json)",))
     r = load_run(path)
-    model = r.meta.get("model") or {}
+    meta = RunMeta.of(r.meta)
+    model = meta.model
     same = model.get("sha256") == loaded.sha256 or _same_file(model.get("file"), loaded.path)
     if not same:
         if run is not None:
@@ -57,7 +59,7 @@ def find_run(run: Path | None, loaded: LoadedModel) -> RunContext:
         return RunContext(None, RunEvidence(), None, (f"the latest run ({path.name}) is of another model: results "
                                                       "are not saved (profile this model first)",))
     names = frozenset(str(n) for n in r.ops["name"]) if "name" in r.ops.columns else frozenset()
-    busy = r.meta.get("device_busy_frac")
+    busy = meta.device_busy_frac
     return RunContext(path, evidence_from_run(path, r.ops), names,
                       device_busy_frac=float(busy) if isinstance(busy, (int, float)) else None)
 

@@ -61,7 +61,7 @@ def _read(path: Path, workers: int) -> TraceData:
     frames = {name: t.frame() for name, t in tables.items()}
     for name, frame in frames.items():
         _check_times(path.name, name, frame)
-    return TraceData(meta=splitter.meta, **{**frames, "collectives": by_start(frames["collectives"])})
+    return TraceData(header=splitter.header, **{**frames, "collectives": by_start(frames["collectives"])})
 
 
 MAX_DUR_US = 1e11  # ~28 hours: no profiled event lasts longer

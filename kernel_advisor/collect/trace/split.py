@@ -1,4 +1,4 @@
-"""The splitter: decompressed bytes in, work items out, the keys around traceEvents kept as meta.
+"""The splitter: decompressed bytes in, work items out, the keys around traceEvents kept as the header.
 
 Kineto writes one event per "  {" ... "  }" block at indent 2, so traceEvents is cut into
 blocks of whole events at that separator, BLOCK_BYTES or more each ("block" items, read
@@ -45,7 +45,7 @@ class Splitter:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.meta: dict = {}
+        self.header: dict = {}
         self.state = "start"  # start -> members -> events -> members -> done
         self.buf = b""
         self.base = 0  # file offset of buf[0]
@@ -172,10 +172,10 @@ class Splitter:
         if char == ",":
             return pos + 1
         if char == "}":
-            if "traceEvents" not in self.meta:
+            if "traceEvents" not in self.header:
                 raise UserInputError(f"{self.name} has no traceEvents key",
                                      "pass a chrome trace written by torch.profiler's export_chrome_trace")
-            del self.meta["traceEvents"]
+            del self.header["traceEvents"]
             self.state = "done"
             return pos + 1
         key, end = self.decoder.raw_decode(text, pos)
@@ -190,7 +190,7 @@ class Splitter:
         value, end = self.decoder.raw_decode(text, end)
         if not final and _WS.match(text, end).end() >= len(text):
             raise _NeedMore  # a number at the very end may continue in the next chunk
-        self.meta[key] = value
+        self.header[key] = value
         return end
 
     def _open_events(self, text: str, pos: int) -> int:
@@ -199,7 +199,7 @@ class Splitter:
         if text[pos] != "[":
             raise UserInputError(f"{self.name}: traceEvents is not a list",
                                  "pass a chrome trace written by torch.profiler's export_chrome_trace")
-        self.meta["traceEvents"] = None  # seen; removed from meta at the closing brace
+        self.header["traceEvents"] = None  # seen; removed from the header at the closing brace
         self.state = "events"
         return pos + 1
 

@@ -59,13 +59,35 @@ class TraceData:
     JSON of the profiler's "Input Dims", "Input type", "Input Strides", "Concrete Inputs";
     equal texts are one (interned) string object.
     """
-    meta: dict  # every top-level key of the trace except traceEvents
+    header: dict  # every top-level key of the trace except traceEvents
     cpu_ops: pd.DataFrame  # cat "cpu_op"
     annotations: pd.DataFrame  # cat "user_annotation": record_function ranges, ProfilerStep#N
     gpu: pd.DataFrame  # cat "kernel", "gpu_memcpy", "gpu_memset"
     gpu_annotations: pd.DataFrame  # cat "gpu_user_annotation"
     runtime: pd.DataFrame  # cat "cuda_runtime", "cuda_driver"
     collectives: pd.DataFrame  # NCCL kernels, gloo ranges, ops described by "Collective name"
+
+    @property
+    def meta(self) -> dict:
+        """The header under its former name (distributed/rank_summary.py still reads it so)."""
+        return self.header
+
+    # What the header says (kineto writes these; a foreign trace may lack any of them).
+    @property
+    def device_properties(self) -> list:
+        return self.header.get("deviceProperties") or []
+
+    @property
+    def trace_schema_version(self):
+        return self.header.get("schemaVersion")
+
+    @property
+    def cuda_runtime_version(self):
+        return self.header.get("cuda_runtime_version")
+
+    @property
+    def cuda_driver_version(self):
+        return self.header.get("cuda_driver_version")
 
 
 def shapes_recorded(trace: TraceData) -> bool:
