@@ -2,11 +2,12 @@
 # The GPU pass behind docs/benchmarks.md: GPU tests, calibration, every benchmark.
 # Run on the GPU machine from the repo root: benchmarks/gpu_pass.sh OUTDIR STEP...
 # Steps: gpu_tests calibrate profile ncu recommend kernels cuda_kernels tune try_kernel
-#        engine_tests exhaustive measure_tests advice coverage capture_runs kernels_csv kernels_csv_quick
+#        engine_tests exhaustive measure_tests advice coverage capture_runs kernels_csv kernels_csv_quick sdpa_backends
 #        (one-off studies: benchmarks/studies/README.md)
 # advice: ADVICE_MODELS=a,b (default all) ADVICE_BUDGET_S=45; ADVISOR_COMMIT names the commit measured.
 # exhaustive: EXHAUSTIVE_MODELS=a,b EXHAUSTIVE_MODES=inference,train: the independent hand search
 #   (benchmarks/advice/exhaustive.py); fold it in with `exhaustive.py --merge OUTDIR/exhaustive.csv`.
+# sdpa_backends: the SDPA backend table (~2 min); here: bench_sdpa_backends.py --merge OUTDIR/sdpa_backends.csv
 # kernels_csv: KERNELS_CSV_OPS="norms" (or rowwise, pointwise, op names; default all: > 10 min, so
 #   split it over calls), KERNELS_CSV_BUDGET_S=480; rows go to OUTDIR/kernels.csv, then here:
 #   python3 benchmarks/bench_kernels_csv.py --merge OUTDIR/kernels.csv && python3 benchmarks/render_kernels.py
@@ -72,6 +73,7 @@ for step in "${@:2}"; do
                            tests/test_try_kernel_gpu.py tests/test_gpu_profile.py ;;
         advice) run advice python3 benchmarks/advice/run_advice.py --budget-s "${ADVICE_BUDGET_S:-45}" \
                     --out "$out/advice.csv" ${ADVICE_MODELS:+--models "$ADVICE_MODELS"} ;;
+        sdpa_backends) run sdpa_backends python3 benchmarks/bench_sdpa_backends.py --table "$out/sdpa_backends.csv" --no-docs ;;
         coverage) run coverage python3 benchmarks/advice/coverage.py --out "$out/coverage.csv" ;;
         capture_runs) run capture_runs python3 benchmarks/capture_runs.py "$out/gpu_runs.tar.gz" ;;
         kernels_csv) kernels_csv "" ;;

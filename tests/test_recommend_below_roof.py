@@ -1,9 +1,11 @@
 """Compute-bound GEMMs and attention below their roof, and host-bound ops: each gets a rung."""
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 from test_recommend_support import BW, CEILINGS, PEAKS, STEPS, op_row, op_table, run_meta, sequence_from
 
+from kernel_advisor.recommend import backend_gain
 from kernel_advisor.recommend.evidence import attention_backend
 from kernel_advisor.recommend.kernels import registry_kernels
 from kernel_advisor.recommend.report import recommend
@@ -79,10 +81,27 @@ def test_attention_backend_is_read_from_the_kernel_names(name, backend):
     assert attention_backend("aten::linear", [{"name": name}]) is None
 
 
+def _table(cudnn_ms: float, flash_ms: float, gpu: str = "NVIDIA H200") -> pd.DataFrame:
+    """A measured backend table: bf16 forward at seq 1024 and 4096, head sizes 64 and 128, both masks."""
+    rows = [{"gpu": gpu, "dtype": BF16, "pass": "fwd", "seq": seq, "head_dim": d, "causal": causal,
+             "backend": backend, "ms": ms * (seq / 4096) ** 2, "status": "ok"}
+            for seq in (1024, 4096) for d in (64, 128) for causal in (False, True)
+            for backend, ms in (("cudnn", cudnn_ms), ("flash", flash_ms))]
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture
+def backend_table(monkeypatch):
+    def use(table: pd.DataFrame) -> None:
+        monkeypatch.setattr(backend_gain, "read_table", lambda *a: table)
+    return use
+
+
 @pytest.mark.parametrize("verdict", ["compute-bound", "memory-bound"])
-def test_flash_attention_below_the_roof_on_hopper_is_offered_cudnn(verdict):
+def test_flash_attention_below_the_roof_on_hopper_is_offered_cudnn(verdict, backend_table):
     # short sequences put attention on the memory side of the ridge: the backend is still the
     # rung, and compile (which calls the same fused kernel) is not offered for it
+    backend_table(_table(cudnn_ms=0.8, flash_ms=1.0))
     row = _sdpa(FLASH, verdict=verdict)
     report = _report([row], row["device_time_total_s"] * 1.05)
     assert "compile-memory-bound-op" not in [f.rule_id for f in report.findings]
@@ -90,6 +109,35 @@ def test_flash_attention_below_the_roof_on_hopper_is_offered_cudnn(verdict):
     rec = finding.recommendations[0]
     assert rec.action == "sdpa_cudnn" and "ran the flash backend at 30 %" in rec.message
     assert report.hotspots[0].chosen_rule == "lib-sdpa-cudnn"
+    # the table's cell at seq 4096, head size 128: cuDNN 0.8 ms against flash's 1.0 ms, so the
+    # saving is 20 % of the op's time, whatever its headroom under the roof
+    assert rec.saving_per_step_s == pytest.approx(0.2 * row["device_time_total_s"] / STEPS, rel=1e-6)
+
+
+def test_a_backend_the_table_measured_slower_predicts_no_saving(backend_table):
+    backend_table(_table(cudnn_ms=1.1, flash_ms=1.0))
+    row = _sdpa(FLASH)
+    report = _report([row], row["device_time_total_s"] * 1.05)
+    assert "lib-sdpa-cudnn" not in [f.rule_id for f in report.findings]
+    why = dict(report.hotspots[0].passed_over)["library"]  # the leave-it names the measured figure
+    assert "estimates no saving" in why and "cudnn measured at 1.10× flash's time" in why
+
+
+def test_a_gpu_the_backend_table_lacks_gets_no_estimate_and_says_how_to_measure(backend_table):
+    backend_table(_table(cudnn_ms=0.8, flash_ms=1.0, gpu="NVIDIA A100-SXM4-80GB"))
+    row = _sdpa(FLASH)
+    report = _report([row], row["device_time_total_s"] * 1.05)
+    rec = next(f for f in report.findings if f.rule_id == "lib-sdpa-cudnn").recommendations[0]
+    assert rec.saving_per_step_s is None and "bench_sdpa_backends.py" in rec.gain_basis
+
+
+@pytest.mark.parametrize("seq, d, cell", [(4096, 128, (4096, 128)), (3000, 120, (4096, 128)),
+                                          (1500, 64, (1024, 64)), (100_000, 256, (4096, 128))])
+def test_the_backend_ratio_is_read_at_the_nearest_measured_cell(seq, d, cell):
+    # 1500 is nearer 1024 than 4096 in log2 (0.55 against 1.45); head size 120 is nearest 128
+    r = backend_gain.backend_ratio(_table(0.8, 1.0), "NVIDIA H200", BF16, "fwd",
+                                   backend_gain.AttentionShape(seq, d), "flash", "cudnn")
+    assert (r.seq, r.head_dim) == cell and r.ratio == pytest.approx(0.8) and r.masks == 2
 
 
 def test_cudnn_attention_is_not_offered_before_hopper():
@@ -100,7 +148,8 @@ def test_cudnn_attention_is_not_offered_before_hopper():
     assert "lib-sdpa-cudnn: capability is [8, 0]" in reasons  # the nearest miss names the failed check
 
 
-def test_cudnn_attention_below_the_roof_is_offered_flash_instead():
+def test_cudnn_attention_below_the_roof_is_offered_flash_instead(backend_table):
+    backend_table(_table(cudnn_ms=1.0, flash_ms=0.9))
     row = _sdpa(CUDNN)
     report = _report([row], row["device_time_total_s"] * 1.05)
     ids = [f.rule_id for f in report.findings]

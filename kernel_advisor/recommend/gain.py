@@ -12,6 +12,8 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
+from kernel_advisor.dtypes import dtype_name
+from kernel_advisor.recommend import backend_gain
 from kernel_advisor.recommend.evidence import RunContext
 from kernel_advisor.recommend.kernel_gain import kernel_point_lookup, measured_saving, row_record
 from kernel_advisor.recommend.schema import GainSpec
@@ -181,10 +183,29 @@ def _exposed_comm(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.Dat
                         f"{spec.value:.0%} of {_ms(exposed)} exposed communication per step")
 
 
+def _measured_backend(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame) -> GainEstimate:
+    """The target backend's measured time over the current one's (recommend/backend_gain.py), per row."""
+    current, target = subject.evidence.get("attention_backend"), spec.backend
+    dtype = dtype_name(str(subject.evidence.get("dtype") or ""))
+    pass_ = "fwd+bwd" if ctx.mode == "train" else "fwd"
+    table = backend_gain.read_table()
+    rows, whys = {}, []
+    for row_id, time_s in subject.row_time_per_step_s.items():
+        shape = backend_gain.attention_shape(row_record(ops, row_id).get("input_shapes"))
+        r = backend_gain.backend_ratio(table, ctx.device_name, dtype, pass_, shape, current, target) if shape else None
+        if r is None:
+            return _unknown(f"no measured {target} against {current} attention on {ctx.device_name} ({dtype} {pass_}): "
+                            "benchmarks/bench_sdpa_backends.py measures the table")
+        rows[str(row_id)] = max(time_s * (1.0 - r.ratio), 0.0)
+        whys.append(backend_gain.describe(r, current, target, ctx.device_name, dtype, pass_))
+    return GainEstimate(sum(rows.values()), {k: v for k, v in rows.items() if v > 0},
+                        "; ".join(dict.fromkeys(whys)), measured=True)
+
+
 MODELS: Mapping[str, Callable[[GainSpec, Subject, RunContext, pd.DataFrame], GainEstimate]] = {
     "none": _none, "roofline": _roofline, "fusion-bytes": _fusion_bytes, "fused-roofline": _fused_roofline, "fraction": _fraction,
     "tf32": _tf32, "precision": _precision, "launch-overhead": _launch_overhead,
-    "exposed-comm": _exposed_comm,
+    "exposed-comm": _exposed_comm, "measured-backend": _measured_backend,
 }
 
 
@@ -224,9 +245,10 @@ def estimate_gain(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.Dat
 
 AT_ROOF_FRAC = 0.85  # an op at this share of its roofline has nothing left for a faster kernel of it
 # Gain models that move the roof itself rather than chase it: a number format, fewer bytes
-# (a fused chain), time that is no op's (host gaps, exposed communication).
+# (a fused chain), time that is no op's (host gaps, exposed communication); or that read the
+# saving off a measurement of the switch itself (a library backend table), which no roof bounds.
 ROOF_CHANGING_MODELS = ("precision", "tf32", "fusion-bytes", "fused-roofline", "launch-overhead", "exposed-comm",
-                        "none")
+                        "none", "measured-backend")
 # Actions that change the algorithm or the compute path, so the op's present roof does not bound them.
 ROOF_CHANGING_ACTIONS = ("sdpa", "float8", "float8:compile", "tf32", "bf16_autocast", "pad_gemm")
 

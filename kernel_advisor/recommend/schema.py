@@ -40,7 +40,9 @@ GAIN_MODELS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...
     "precision": (("op",), ("target_path",), ("target_path",)),
     "launch-overhead": (("run",), (), ()),
     "exposed-comm": (("run",), ("value",), ("value",)),
+    "measured-backend": (("op",), ("backend",), ("backend",)),
 }
+BACKENDS = ("cudnn", "flash", "efficient")  # the fused SDPA backends a measured-backend gain may target
 
 
 class RuleFileError(UserInputError):
@@ -56,6 +58,7 @@ class GainSpec:
     value: float | None = None
     target_efficiency_frac: float = 1.0
     target_path: str = "tf32"
+    backend: str = ""  # measured-backend: the library backend the action switches to
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,10 @@ def _gain(path: Path, node: Located, scope: str) -> GainSpec:
         if fields["target_path"].value not in COMPUTE_PATHS:
             raise _fail(path, fields["target_path"], f"'target_path' must be one of {list(COMPUTE_PATHS)}")
         spec["target_path"] = fields["target_path"].value
+    if "backend" in fields:
+        if fields["backend"].value not in BACKENDS:
+            raise _fail(path, fields["backend"], f"'backend' must be one of {list(BACKENDS)}")
+        spec["backend"] = fields["backend"].value
     return GainSpec(**spec)
 
 
