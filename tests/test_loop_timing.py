@@ -123,26 +123,3 @@ def test_interleaving_stops_after_the_round_the_deadline_passed(monkeypatch):
     times = interleaved_windows_s([TimedStep("a", contextlib.nullcontext, clock.step)], windows=50, steps=10,
                                   warmup=0, device=CPU, deadline_s=0.025)
     assert len(times["a"]) == 3  # 10 ms a window: past 25 ms after the third
-
-
-def test_the_timed_windows_leave_objects_alive_before_them_out_of_collections():
-    import gc
-
-    held = [[i] for i in range(1000)]  # stands for a search's compiled variants, alive throughout
-    seen = []
-    step = TimedStep("eager", contextlib.nullcontext, lambda: seen.append(gc.get_freeze_count()))
-    interleaved_windows_s([step], 2, 3, 0, CPU)
-    assert seen and min(seen) >= len(held)  # frozen while the windows ran
-    assert gc.get_freeze_count() == 0  # and given back to the collector after
-
-
-def test_a_process_that_froze_objects_itself_keeps_them_frozen():
-    import gc
-
-    gc.freeze()
-    try:
-        before = gc.get_freeze_count()
-        interleaved_windows_s([TimedStep("eager", contextlib.nullcontext, lambda: None)], 2, 3, 0, CPU)
-        assert gc.get_freeze_count() == before
-    finally:
-        gc.unfreeze()

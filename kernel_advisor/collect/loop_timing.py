@@ -18,13 +18,11 @@ rounds (paired), so a round's shared drift cancels.
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import math
 import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -112,35 +110,13 @@ def interleaved_windows_s(variants: Sequence[TimedStep], windows: int, steps: in
             for _ in range(warmup):
                 v.step()
     times: dict[str, list[float]] = {v.name: [] for v in variants}
-    with long_lived_objects_frozen():
-        for r in range(windows):
-            for v in _rotated(variants, r):
-                with v.activate(), nvtx_range(f"advisor/{regime}/{v.name}"):
-                    times[v.name].append(window_s(v.step, per_window, device))
-            if time.monotonic() > deadline_s:
-                break
+    for r in range(windows):
+        for v in _rotated(variants, r):
+            with v.activate(), nvtx_range(f"advisor/{regime}/{v.name}"):
+                times[v.name].append(window_s(v.step, per_window, device))
+        if time.monotonic() > deadline_s:
+            break
     return times
-
-
-@contextlib.contextmanager
-def long_lived_objects_frozen() -> Iterator[None]:
-    """The objects alive before the timing are left out of the garbage collector's scans.
-
-    A search holds every compiled variant (graphs, guards, code: hundreds of thousands of
-    objects) while it times eager; a host-bound step allocates enough to set off collections,
-    and each would scan them all, slowing every variant's step by time a user's loop, which
-    holds one model, never spends. Frozen, a collection scans only what the steps made. A
-    process that froze objects itself keeps its own arrangement: unfreezing would undo it.
-    """
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def _rotated(variants: Sequence[TimedStep], round_index: int) -> list[TimedStep]:
