@@ -23,7 +23,7 @@ from kernel_advisor.collect.rundir import load_run
 from kernel_advisor.recommend.kernels import registry_kernels
 from kernel_advisor.recommend.report import recommend
 from kernel_advisor.recommend.ruleset import load_rules
-from kernel_advisor.render.recommend_render import report_to_dict
+from kernel_advisor.recommend.document import recommendations_json
 
 REPO = Path(__file__).resolve().parent.parent
 GPT = REPO / "examples" / "gpt_block.py"
@@ -104,7 +104,7 @@ def main() -> None:
     run = load_run(run_dir)
     kernels = registry_kernels()
     report = recommend(run.ops, run.sequence, run.meta, load_rules(kernel_ids={k.id for k in kernels}), kernels)
-    doc = report_to_dict(report, str(run_dir))
+    doc = recommendations_json(report, str(run_dir))
     (a.out / "recommendations.json").write_text(json.dumps(doc, indent=2))
     fns = {}
     for name, (flags, _) in VARIANTS.items():

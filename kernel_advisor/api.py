@@ -30,16 +30,16 @@ from kernel_advisor.errors import UserInputError
 from kernel_advisor.experiment.quiet import LOG_FILE, compilers_to_log
 from kernel_advisor.experiment.search import SearchOptions
 from kernel_advisor.measure.advice import AdviceMeasurement, measure_report
+from kernel_advisor.measure.document import measured_json
 from kernel_advisor.measure.from_run import load_run_model
 from kernel_advisor.records.recommendations import FILE, RecommendationEntry, RecommendationsRecord
+from kernel_advisor.recommend.document import recommendations_json
 from kernel_advisor.recommend.explain import CompileReport
 from kernel_advisor.recommend.kernels import registry_kernels
 from kernel_advisor.recommend.report import Report, recommend as recommend_report
 from kernel_advisor.recommend.ruleset import load_rules
 from kernel_advisor.render.html_report import write_report
-from kernel_advisor.render.measured_render import add_measurement
 from kernel_advisor.render.profile_render import run_warnings
-from kernel_advisor.render.recommend_render import report_to_dict
 from kernel_advisor.records.run import RunMeta
 
 Progress = Callable[[str, int, int], None]
@@ -270,7 +270,7 @@ def recommendations_document(run, rules: Sequence[str | Path] | None, top: int,
     kernels = registry_kernels()
     rule_set = load_rules([Path(r) for r in rules or ()], kernel_ids={k.id for k in kernels})
     report = recommend_report(run.ops, run.sequence, run.meta, rule_set, kernels, compile_report, top)
-    return report, RecommendationsRecord.from_json(report_to_dict(report, str(run.path))).to_json()
+    return report, RecommendationsRecord.from_json(recommendations_json(report, str(run.path))).to_json()
 
 
 def measure_document(report: Report, doc: Mapping, loaded: LoadedModel, mode: str, options: SearchOptions,
@@ -286,7 +286,7 @@ def measure_document(report: Report, doc: Mapping, loaded: LoadedModel, mode: st
     with quiet as stream:
         with (terminal(stream) if terminal is not None and stream is not None else contextlib.nullcontext()):
             m = measure_report(report, loaded, mode, options, top, also, progress, busy_frac, log_dir)
-    return RecommendationsRecord.from_json(add_measurement(dict(doc), report, m)).to_json(), m
+    return RecommendationsRecord.from_json(measured_json(dict(doc), report, m)).to_json(), m
 
 
 def save_recommendations(run_dir: Path, doc: Mapping) -> RecommendationsRecord:

@@ -69,14 +69,16 @@ def _run_files(run: Path) -> dict[str, str]:
     return {name: (run / name).read_text(encoding="utf-8") for name in ("run.json", "ops.csv", "sequence.csv")}
 
 
-def _imported(out: dict[str, str], work: Path) -> dict[str, Path]:
+def _imported(out: dict[str, str]) -> dict[str, Path]:
+    """Paths relative to the working directory (`data` links to tests/data): a table's column
+    widths must not depend on where the checkout or the temporary directory is."""
     runs = {}
     for name in TRACES:
-        run = work / name
-        out[f"{name}/import.json"] = _cli(["import", DATA / f"{name}.json.gz", "--out", run, "--json"])
+        run = Path(name)
+        out[f"{name}/import.json"] = _cli(["import", f"data/{name}.json.gz", "--out", run, "--json"])
         out.update({f"{name}/{k}": v for k, v in _run_files(run).items()})
         runs[name] = run
-    out["import-table.txt"] = _cli(["import", DATA / f"{TRACES[0]}.json.gz", "--out", work / "table", "--top", "8"])
+    out["import-table.txt"] = _cli(["import", f"data/{TRACES[0]}.json.gz", "--out", "table", "--top", "8"])
     return runs
 
 
@@ -89,7 +91,7 @@ def _recommended(out: dict[str, str], runs: dict[str, Path]) -> None:
             out[f"{name}/recommend.{fmt}"] = _cli(["recommend", run, "--format", fmt])
         out[f"{name}/recommendations.json"] = (run / "recommendations.json").read_text(encoding="utf-8")
         out[f"{name}/report.html"] = _report(run, "report.html")
-        gains = read_recommended_gains(run / "recommendations.json")
+        gains = read_recommended_gains(run)
         out[f"{name}/try-kernel-prediction-gains.json"] = json.dumps(gains, indent=1, sort_keys=True)
 
 
@@ -157,13 +159,13 @@ def _measured(out: dict[str, str], run: Path) -> None:
     out["measured/frame.csv"] = loaded.recommendations.to_csv(index=False)
 
 
-def _profiled(out: dict[str, str], work: Path) -> None:
+def _profiled(out: dict[str, str]) -> None:
     """A CPU profile's structure: which ops, shapes and calls, which keys; no measured number."""
     import pandas as pd
 
-    model = work / "tiny.py"
+    model = Path("tiny.py")
     model.write_text(TINY_MODEL, encoding="utf-8")
-    run = work / "tiny-run"
+    run = Path("tiny-run")
     doc = json.loads(_cli(["profile", model, "--device", "cpu", "--steps", "2", "--warmup", "1", "--out", run,
                            "--json", "--seed", "0", "--threads", "1"]))
     out["profile/json-keys.txt"] = "\n".join(_key_paths(doc))
@@ -191,13 +193,20 @@ def _key_paths(doc, prefix: str = "") -> list[str]:
 def outputs(work: Path) -> dict[str, str]:
     """Every output, by name, normalised."""
     work = Path(work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "data").symlink_to(DATA, target_is_directory=True)
     os.environ.setdefault("ADVISOR_GAIN_CALIBRATION", "off")
     out: dict[str, str] = {}
-    runs = _imported(out, work)
-    _recommended(out, runs)
-    _compared(out, runs)
-    _measured(out, runs["cuda_gpt_inference"])
-    _profiled(out, work)
+    cwd = os.getcwd()
+    os.chdir(work)
+    try:
+        runs = _imported(out)
+        _recommended(out, runs)
+        _compared(out, runs)
+        _measured(out, runs["cuda_gpt_inference"])
+        _profiled(out)
+    finally:
+        os.chdir(cwd)
     return {k: normalise(v, work) for k, v in out.items()}
 
 

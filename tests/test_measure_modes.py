@@ -16,8 +16,8 @@ from kernel_advisor.records.experiments import ExperimentsRecord
 from kernel_advisor.recommend.kernels import registry_kernels
 from kernel_advisor.recommend.report import recommend
 from kernel_advisor.recommend.ruleset import load_rules
-from kernel_advisor.render.measured_render import add_measurement
-from kernel_advisor.render.recommend_render import report_to_dict
+from kernel_advisor.measure.document import measured_json
+from kernel_advisor.recommend.document import recommendations_json
 from kernel_advisor.collect.loop_timing import Estimate
 
 
@@ -67,7 +67,7 @@ def test_the_graph_mode_is_measured_and_credited_when_clearly_faster(measured_wi
     outcome = m.outcome_of(rec)
     assert outcome.speedup.value == 1.41 and outcome.reason.startswith("measured as compile:reduce-overhead: 1.41×")
     assert rec.rule_id in m.plan_rules  # the plan's compile:reduce-overhead is this recommendation's
-    doc = add_measurement(report_to_dict(report), report, m)
+    doc = measured_json(recommendations_json(report), report, m)
     entry = next(r for r in doc["recommendations"] if r["rule_id"] == rec.rule_id)
     assert entry["action"] == "compile:reduce-overhead"
 

@@ -135,14 +135,14 @@ def test_a_quiet_step_ranks_as_before():
 
 def test_recommendations_json_marks_findings_within_noise():
     from kernel_advisor.recommend.report import Report
-    from kernel_advisor.render.recommend_render import report_to_dict
+    from kernel_advisor.recommend.document import recommendations_json
 
     ctx = _noisy_ctx()
     findings = rank_findings([_rec("solid", ctx.step_noise_s * 2), _rec("tiny", ctx.step_noise_s / 2)], [], ctx)
     report = Report(ctx=ctx, findings=tuple(findings), suppressed=(), hotspots=(), row_saving_per_step_s={},
                     total_saving_per_step_s=0.0, total_saving_pct=0.0, rule_sources=(), compile_report=None,
                     run_meta={})
-    doc = report_to_dict(report)
+    doc = recommendations_json(report)
     assert [f["within_noise"] for f in doc["findings"]] == [False, True]
     assert doc["step_noise_s"] == pytest.approx(ctx.step_noise_s)
 

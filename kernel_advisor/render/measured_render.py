@@ -1,61 +1,18 @@
-"""`recommend --measure` output: predicted beside measured, in JSON, a rich table and markdown.
+"""`recommend --measure` output: predicted beside measured, in a rich table and markdown (the JSON
+document: measure/document.py).
 
 Units are scaled here and only here: % of the step, speedups as ×.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Console
 from rich.table import Table
 
-from kernel_advisor.measure.advice import AdviceMeasurement, finding_gain
 from kernel_advisor.experiment.outcome import Outcome
-from kernel_advisor.recommend.engine import Finding
+from kernel_advisor.measure.advice import AdviceMeasurement
+from kernel_advisor.measure.document import actions_ranked, finding_outcome
 from kernel_advisor.recommend.report import Report
-from kernel_advisor.render.recommend_render import json_safe
 from kernel_advisor.render.units import fmt_ratio
-
-
-def add_measurement(doc: dict[str, Any], report: Report, m: AdviceMeasurement) -> dict[str, Any]:
-    """The recommend JSON document with `measured` filled, a plan, and the measured ranking."""
-    order = {rule_id: i + 1 for i, rule_id in enumerate(m.ranking)}
-    recs = []
-    for rec, entry in zip((r for f in report.findings for r in f.recommendations), doc["recommendations"]):
-        outcome = m.outcome_of(rec)
-        recs.append({**entry, "action": m.action_of(rec), "predicted_rank": entry["rank"],
-                     "rank": order[rec.rule_id], "measured": outcome.to_json() if outcome else None})
-    findings = [_finding_entry(f, report, m, order) for f in doc["findings"]]
-    plan = m.measured.plan
-    return json_safe({
-        **doc,
-        "findings": sorted(findings, key=lambda f: f["rank"]),
-        "recommendations": sorted(recs, key=lambda r: r["rank"]),
-        "also": [{"action": a, "measured": o.to_json()} for a, o in m.also.items()],
-        "actions": [{"action": a, "predicted_gain_frac": m.predicted.get(a), "measured": o.to_json()}
-                    for a, o in _actions_ranked(m)],
-        "plan": {"actions": list(plan.actions), "rules": list(m.plan_rules), "measured": plan.outcome.to_json()},
-        "measurement": m.measured.to_json(),
-    })
-
-
-def _finding_entry(entry: dict[str, Any], report: Report, m: AdviceMeasurement, order: dict) -> dict[str, Any]:
-    """A finding is measured as its best subject: one rule, one action, the whole model timed."""
-    f = next(f for f in report.findings if f.rule_id == entry["rule_id"])
-    outcome = _finding_outcome(f, m)
-    return {**entry, "actions": list(dict.fromkeys(m.action_of(r) for r in f.recommendations)),
-            "predicted_rank": entry["rank"], "rank": order[f.rule_id],
-            "measured_gain_frac": finding_gain(f, m.by_recommendation),
-            "measured": outcome.to_json() if outcome else None}
-
-
-def _finding_outcome(f: Finding, m: AdviceMeasurement) -> Outcome | None:
-    """The outcome shown for a finding: the best measured one among its subjects."""
-    outcomes = [o for r in f.recommendations if (o := m.outcome_of(r)) is not None]
-    timed = [o for o in outcomes if o.speedup is not None]
-    if timed:
-        return max(timed, key=lambda o: o.speedup.value)
-    return outcomes[0] if outcomes else None
 
 
 def speedup_text(o: Outcome | None) -> str:
@@ -81,7 +38,7 @@ def _rows(report: Report, m: AdviceMeasurement):
     by_id = {f.rule_id: f for f in report.findings}
     for rank, rule_id in enumerate(m.ranking, 1):
         f = by_id[rule_id]
-        o = _finding_outcome(f, m)
+        o = finding_outcome(f, m)
         action = m.action_of(f.recommendations[0])
         measured_gain = o.gain_frac if o is not None and o.status == "passed" else None
         yield (str(rank), rule_id, f.tier, action, "—" if f.saving_pct is None else f"{f.saving_pct:.1f}",
@@ -118,12 +75,6 @@ def _best_single(m: AdviceMeasurement):
     return max(timed, key=lambda item: item[1].speedup.value, default=None)
 
 
-def _actions_ranked(m: AdviceMeasurement) -> list[tuple[str, Outcome]]:
-    """Every measured action, largest measured gain first, the untimed after in measuring order."""
-    items = list(m.measured.outcomes.items())
-    return sorted(items, key=lambda item: -(item[1].gain_frac if item[1].gain_frac is not None else -2.0))
-
-
 def action_line(action: str, o: Outcome, predicted: float | None, also: bool) -> str:
     """One line, e.g. "compile: predicted 24.0 %, measured 31.2 % of the step (1.45× [1.40–1.51], faster)."""
     label = f"{action} (--also)" if also else action
@@ -139,7 +90,7 @@ def measurement_lines(m: AdviceMeasurement) -> list[str]:
     eager = m.measured.eager_step_s
     lines = [plan_line(m), search_line(m),
              "Each configuration on the whole model (predicted: the union of the rows its action fixes):"]
-    lines += ["  " + action_line(a, o, m.predicted.get(a), a in m.also) for a, o in _actions_ranked(m)]
+    lines += ["  " + action_line(a, o, m.predicted.get(a), a in m.also) for a, o in actions_ranked(m)]
     if eager is not None:
         lines.append(f"Eager step {_ms(eager)}{_sync_note(m)}; timing: {m.measured.timing}; "
                      f"reference: {m.measured.reference}.")

@@ -8,16 +8,14 @@ the eager device time measured here. A prediction from the run's recommendations
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Mapping
 
+from kernel_advisor.records.base import RecordError
+from kernel_advisor.records.recommendations import RecommendationsRecord
 from kernel_advisor.trykernel.results import OpTiming, Prediction
-
-GAIN_KEYS = ("predicted_gain_frac", "estimated_gain_frac", "gain_frac")
-ID_KEYS = ("kernel_ids", "kernels", "kernel_id", "kernel")
 
 
 @dataclass(frozen=True)
@@ -33,37 +31,22 @@ def evidence_from_run(run_path: Path, ops) -> RunEvidence:
     if ops is not None and {"name", "share_pct"} <= set(ops.columns):
         for name, pct in zip(ops["name"], ops["share_pct"]):
             shares[str(name)] = shares.get(str(name), 0.0) + float(pct)
-    return RunEvidence(str(run_path), shares, read_recommended_gains(run_path / "recommendations.json"))
+    return RunEvidence(str(run_path), shares, read_recommended_gains(run_path))
 
 
-def read_recommended_gains(path: Path) -> dict[str, float]:
-    """kernel id -> predicted gain fraction, from any recommendation naming kernel ids and a gain."""
-    if not path.is_file():
-        return {}
+def read_recommended_gains(run_dir: Path) -> dict[str, float]:
+    """kernel id -> predicted gain fraction (the largest of the recommendations naming it), from
+    the run's recommendations.json; none when the run has no readable one (try-kernel then
+    predicts from ops.csv's shares: a stale or damaged file must not stop the attempt)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        record = RecommendationsRecord.read(Path(run_dir))
+    except (RecordError, OSError):
         return {}
-    entries = data.get("recommendations", []) if isinstance(data, dict) else data
     gains: dict[str, float] = {}
-    for entry in entries if isinstance(entries, list) else []:
-        if not isinstance(entry, dict):
-            continue
-        gain = next((entry[k] for k in GAIN_KEYS if isinstance(entry.get(k), (int, float))), None)
-        if gain is None:
-            continue
-        for kid in _ids(entry):
-            gains[kid] = max(gains.get(kid, 0.0), float(gain))
+    for entry in record.recommendations if record is not None else ():
+        if entry.kernel_id and isinstance(entry.estimated_gain_frac, (int, float)):
+            gains[entry.kernel_id] = max(gains.get(entry.kernel_id, 0.0), float(entry.estimated_gain_frac))
     return gains
-
-
-def _ids(entry: dict[str, Any]) -> Iterable[str]:
-    for key in ID_KEYS:
-        value = entry.get(key)
-        if isinstance(value, str):
-            yield value
-        elif isinstance(value, list):
-            yield from (v for v in value if isinstance(v, str))
 
 
 def predict(kernel_ids: tuple[str, ...], evidence: RunEvidence, op: OpTiming | None,
