@@ -1,16 +1,19 @@
-"""The multi-GPU measurement (issue 23) in one unattended call: calibrate, an independent
-bus-bandwidth check, `advisor profile --nproc-per-node N`, and benchmarks/data/distributed.json.
+"""The multi-GPU measurement in one unattended call: calibrate, an independent bus-bandwidth
+check of each collective family, DDP / FSDP2 / tensor-parallel profiles, the data-parallel actions
+measured by `recommend --measure`, and benchmarks/data/distributed.json.
 
-On the 2-GPU host (kind nvidia-h200-x2), from the repository root, in one device call:
+On a 2- or 4-GPU host, from the repository root, in one device call (or `benchmarks/gpu_pass.sh
+OUT distributed_runs`):
 
     ADVISOR_COMMIT=<git rev-parse --short HEAD> PYTHONUNBUFFERED=1 PYTHONPATH=$PWD \\
-        python3 benchmarks/bench_distributed.py $OUT --nproc 2
+        python3 benchmarks/bench_distributed.py $OUT --nproc 2 --budget-s 470
 
-Estimated 4-5 min on 2 x H200: calibrate ~1 min, busbw_check ~0.5 min, the examples/ddp_mlp.py
-run ~1 min and the same model as one process ~0.5 min, gpt_block ~1.5 min. Each step is a
-subprocess with a deadline (a hung NCCL call is stopped, not waited for), and the optional
-ones are skipped once --budget-s (450 s) would be passed: even a run that hangs everywhere
-ends in under 10 min with its log in OUT. Steps:
+Expected ~6.5 min on 2 x H200: calibrate ~1 min, busbw_check (3 families) ~0.5 min, the DDP run of
+examples/ddp_mlp.py ~1 min, the same model as one process ~0.5 min, its `recommend --measure`
+~1.5 min, the FSDP2 run and its measure ~2 min, the tensor-parallel run ~1 min. Each step is a
+subprocess with a deadline (a hung NCCL call is stopped, not waited for), and the optional runs
+start only when their deadlines fit what is left of --budget-s: even a run that hangs everywhere
+ends within the budget, with its log in OUT. Steps:
 
   1. what the host is: GPUs, driver, `nvidia-smi topo -m`, torch/CUDA/NCCL/Triton versions;
   2. `advisor calibrate --force` into a temporary ADVISOR_CACHE_DIR, which the profiles then
@@ -19,16 +22,19 @@ ends in under 10 min with its log in OUT. Steps:
      busbw, 4 KiB ... 1 GiB; the calibrated ceiling is compared with it at the same size;
   4. `advisor profile --mode train --nproc-per-node N` of examples/ddp_mlp.py (the primary run:
      the all-reduce is a visible share of the step) and `advisor recommend --format json` on it;
-     the same model profiled as one process (the step without communication); then
-     examples/gpt_block.py under DDP when the budget allows. The profiler's overhead is each
-     run's own (run.json "profiler_overhead": profiled / unprofiled median step, with interval);
+     the same model profiled as one process (the step without communication); `recommend --measure
+     --also` each DDP action (predicted beside measured); then, as the budget allows, the same model
+     under FSDP2 (--fsdp, with the FSDP actions measured), examples/tp_mlp.py (tensor parallel) and
+     examples/gpt_block.py under DDP. Each run's collective families are held against busbw_check's
+     sweep of the same family. The profiler's overhead is each run's own (run.json
+     "profiler_overhead": profiled / unprofiled median step, with interval);
   5. the record: OUT/distributed.json, and on GPU benchmarks/data/distributed.json (--record).
 
 OUT receives at most 5 files (the device returns 8): bench_distributed.log (everything printed),
 distributed.json (or distributed.failed.json), busbw_check.json, calibration.json, runs.tar.gz
 (run directories; rank traces while they fit in 12 MiB). Back on the development machine:
 
-    cp FILES_AT/distributed.json benchmarks/data/distributed.json
+    python3 benchmarks/distributed_record.py FILES_AT/distributed.json   # upserted by GPU count
     python3 benchmarks/render_distributed.py          # the section of docs/distributed.md
 
 `--device cpu` runs the same path on gloo with small sizes (a check of the script; its numbers
@@ -59,7 +65,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path[:0] = [str(HERE), str(REPO)]
 from distributed_record import (DEFAULT_PATH, SCHEMA_VERSION, DistributedRecord, RunFigures,  # noqa: E402
-                                busbw_at, clean, clock_skew_us, ratio, write_record)
+                                busbw_at, clean, clock_skew_us, family_ceiling, ratio, upsert_record, write_record)
 
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 STOP_GRACE_S = 15.0  # after SIGINT: the advisor stops its ranks and exits
@@ -77,12 +83,27 @@ class RunSpec:
     warmup: int
     required: bool  # the record is not written without it
     deadline_s: float
+    options: tuple[str, ...] = ()  # more `advisor profile` options (--fsdp)
+    # data-parallel actions `recommend --measure` measures on the run's ranks (--also each)
+    measure: tuple[str, ...] = ()
 
 
-# Worst case, every step at its deadline: 150 + 120 + 180 + 60 s and the stops' grace, < 10 min.
-GPU_RUNS = (RunSpec("ddp_mlp", "examples/ddp_mlp.py", 20, 5, True, 180.0),
+DDP_ACTIONS = ("ddp:bucket_cap_mb", "ddp:gradient_as_bucket_view", "ddp:bf16_compress")
+FSDP_ACTIONS = ("fsdp:prefetch", "fsdp:no_reshard_after_forward")
+# recommend --measure's single-process search (the compile modes) gets little: the data-parallel
+# actions, measured on the ranks before it, are what the record keeps.
+MEASURE_BUDGET_S = 20.0
+MEASURE_DEADLINE_S = 100.0
+# The primary run is required; the others start only when their deadlines (and their measure's)
+# fit what is left of --budget-s, so the whole call ends within it.
+GPU_RUNS = (RunSpec("ddp_mlp", "examples/ddp_mlp.py", 20, 5, True, 180.0, measure=DDP_ACTIONS),
+            RunSpec("fsdp_mlp", "examples/ddp_mlp.py", 10, 3, False, 90.0, ("--fsdp",), FSDP_ACTIONS),
+            RunSpec("tp_mlp", "examples/tp_mlp.py", 10, 3, False, 90.0),
             RunSpec("gpt_block_ddp", "examples/gpt_block.py", 5, 3, False, 180.0))
-CPU_RUNS = (RunSpec("ddp_mlp", "examples/ddp_mlp.py", 3, 1, True, 240.0),)
+CPU_RUNS = (RunSpec("ddp_mlp", "examples/ddp_mlp.py", 3, 1, True, 240.0, measure=DDP_ACTIONS),
+            RunSpec("tp_mlp", "examples/tp_mlp.py", 3, 1, False, 240.0),
+            RunSpec("fsdp_mlp", "examples/ddp_mlp.py", 3, 1, False, 240.0, ("--fsdp",)))
+COLLECTIVES = "all_reduce,all_gather,reduce_scatter"
 
 
 @dataclass
@@ -237,7 +258,8 @@ def calibrate(env: dict, device: str, home: Path, out: Path, log: Log) -> tuple[
 
 def busbw_check(env: dict, device: str, nproc: int, out: Path, log: Log) -> tuple[StepResult, dict | None]:
     path = out / "busbw_check.json"
-    cmd = [sys.executable, str(HERE / "busbw_check.py"), "--nproc", str(nproc), "--json", str(path)]
+    cmd = [sys.executable, str(HERE / "busbw_check.py"), "--nproc", str(nproc), "--json", str(path),
+           "--collectives", COLLECTIVES]
     if device == "cpu":
         cmd += ["--backend", "gloo", "--device", "cpu", "--max-bytes", "256K", "--iters", "5", "--warmup", "2"]
     step = run_step("busbw_check", cmd, env, 120.0, log)
@@ -248,8 +270,22 @@ def profile(spec: RunSpec, env: dict, device: str, nproc: int, home: Path, log: 
     run_dir = home / "runs" / spec.name
     cmd = [sys.executable, "-m", "kernel_advisor", "profile", spec.model, "--device", device, "--mode", "train",
            "--nproc-per-node", str(nproc), "--steps", str(spec.steps), "--warmup", str(spec.warmup),
-           "--out", str(run_dir)]
+           *spec.options, "--out", str(run_dir)]
     return run_step(f"profile {spec.name}", cmd, env, spec.deadline_s, log), run_dir
+
+
+def measured_actions(spec: RunSpec, env: dict, run_dir: Path, log: Log) -> list[dict]:
+    """`advisor recommend --measure` with the run's data-parallel actions: each one's predicted gain
+    (the rule's, null when no rule named it) beside what it measured on the ranks."""
+    cmd = [sys.executable, "-m", "kernel_advisor", "recommend", str(run_dir), "--measure", "--budget-s",
+           str(MEASURE_BUDGET_S), "--format", "json", *[x for a in spec.measure for x in ("--also", a)]]
+    step = run_step(f"recommend --measure {spec.name}", cmd, env, MEASURE_DEADLINE_S, log, echo=False)
+    start = step.output.find("{")
+    if not step.ok or start < 0:
+        raise RuntimeError(f"recommend --measure {spec.name} exited {step.returncode}")
+    doc = json.loads(step.output[start:])
+    return [{"action": a["action"], "predicted_gain_frac": a["predicted_gain_frac"], "measured": a["measured"]}
+            for a in doc.get("actions", []) if a["action"] in spec.measure]
 
 
 def single_process_step_s(spec: RunSpec, env: dict, device: str, home: Path, log: Log) -> float | None:
@@ -334,7 +370,7 @@ def run_figures(spec: RunSpec, step: StepResult, run_dir: Path, busbw_rows: list
     independent = busbw_at(busbw_rows, dist.get("mean_allreduce_bytes"))
     return RunFigures(
         name=spec.name, model=spec.model, options=["--mode", "train", "--steps", str(spec.steps),
-                                                   "--warmup", str(spec.warmup)],
+                                                   "--warmup", str(spec.warmup), *spec.options],
         wall_s=step.wall_s, step_s=step_s, backend=dist["backend"], wrapper=dist["wrapper"],
         comm_time_s=dist.get("comm_time_s"), comm_share_of_step=ratio(dist.get("comm_time_s"), step_s),
         exposed_comm_s=dist.get("exposed_comm_s"), exposed_comm_pct=dist.get("exposed_comm_pct"),
@@ -348,7 +384,24 @@ def run_figures(spec: RunSpec, step: StepResult, run_dir: Path, busbw_rows: list
                    "waited_for_rank": dist.get("waited_for_rank"), "max_comm_wait_s": dist.get("max_comm_wait_s"),
                    "max_comm_wait_pct": dist.get("max_comm_wait_pct"), "calls_aligned": dist.get("calls_aligned")},
         profiler_overhead=meta.get("profiler_overhead"), clock_skew_us=skew_of(run_dir, ranks_doc["world_size"]),
-        ranks=rank_rows(run_dir, ranks_doc), headline=headline_lines(step.output), recommendations=rules)
+        ranks=rank_rows(run_dir, ranks_doc), headline=headline_lines(step.output), recommendations=rules,
+        collectives=collective_rows(ranks_doc, busbw_rows), allgather_overlap_frac=dist.get("allgather_overlap_frac"))
+
+
+def collective_rows(ranks_doc: dict, busbw_rows: list[dict]) -> list[dict]:
+    """Each collective family of the run against busbw_check: the family's swept peak (its ceiling)
+    and its busbw at the run's message size."""
+    rows = []
+    for c in ranks_doc.get("collectives", []):
+        name, busbw = c["collective"], c.get("busbw_bytes_per_s")
+        ceiling = family_ceiling(busbw_rows, name)
+        at_size = busbw_at(busbw_rows, c.get("bytes_per_call"), name)
+        rows.append({"collective": name, "calls_per_step": c.get("calls_per_step"),
+                     "bytes_per_call": c.get("bytes_per_call"), "busbw_bytes_per_s": busbw,
+                     "family_ceiling_bytes_per_s": ceiling, "busbw_frac_of_family_ceiling": ratio(busbw, ceiling),
+                     "independent_busbw_bytes_per_s": at_size, "busbw_vs_independent": ratio(busbw, at_size),
+                     "transfer_per_step_s": c.get("transfer_per_step_s")})
+    return rows
 
 
 def ceiling_check(calibration: dict | None, busbw_doc: dict | None) -> dict:
@@ -460,6 +513,11 @@ def profile_and_read(spec: RunSpec, env: dict, args, home: Path, busbw_doc: dict
         raise RuntimeError(f"profile {spec.name} exited {step.returncode}")
     rules = fired_rules(env, run_dir, log)
     figures = run_figures(spec, step, run_dir, (busbw_doc or {}).get("rows", []), rules)
+    if spec.measure:
+        try:
+            figures = replace(figures, measured_actions=measured_actions(spec, env, run_dir, log))
+        except (RuntimeError, json.JSONDecodeError, KeyError) as e:
+            log.line(f"=== recommend --measure {spec.name}: no figures ({type(e).__name__}: {e})")
     if spec.required and time.perf_counter() - t0 + SINGLE_DEADLINE_S <= args.budget_s:
         figures = replace(figures, single_process_step_s=single_process_step_s(spec, env, args.device, home, log))
     return figures
@@ -485,7 +543,8 @@ def measure(args, home: Path, t0: float, log: Log) -> tuple[dict, dict, dict | N
         failed.append("busbw_check: all-reduce results were wrong")
     runs: list[RunFigures] = []
     for spec in GPU_RUNS if args.device == "cuda" else CPU_RUNS:
-        if not spec.required and time.perf_counter() - t0 + spec.deadline_s > args.budget_s:
+        worst_s = spec.deadline_s + (MEASURE_DEADLINE_S if spec.measure else 0.0)
+        if not spec.required and time.perf_counter() - t0 + worst_s > args.budget_s:
             log.line(f"=== profile {spec.name}: skipped, {args.budget_s:.0f} s budget")
             continue
         try:
@@ -519,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
             log.line(f"WARNING: {note}")
         write_record(record, args.out / ("distributed.failed.json" if failed else "distributed.json"))
         if args.record and not failed:
-            write_record(record, args.record)
+            upsert_record(record, args.record)  # one record per GPU count
             log.line(f"record: {args.record}")
         log.line(summary_text(record))
     log.line(f"total {time.perf_counter() - t0:.0f} s")
@@ -535,7 +594,7 @@ def skew_text(skew: dict) -> str:
 
 
 def summary_text(record: DistributedRecord) -> str:
-    """The figures issue 23 asks for, in a few lines (the end of the device's output)."""
+    """The headline figures, in a few lines (the end of the device's output)."""
     run = record.primary()
     gb = lambda v: "–" if v is None else f"{v / 1e9:.1f} GB/s"  # noqa: E731
     pct = lambda v: "–" if v is None else f"{v * 100:.0f} %"  # noqa: E731

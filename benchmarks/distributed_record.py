@@ -56,6 +56,13 @@ class RunFigures:
     # The same model profiled as one process on one device (no wrapper, no communication): what
     # data parallelism adds to the step is step_s / single_process_step_s.
     single_process_step_s: float | None = None
+    # Per collective family (ranks.json "collectives"): calls_per_step, bytes_per_call, busbw, and
+    # against busbw_check: the family's swept peak (ceiling) and its busbw at the run's message size.
+    collectives: list[dict] = field(default_factory=list)
+    allgather_overlap_frac: float | None = None  # FSDP prefetch: all-gather time hidden under compute
+    # `recommend --measure` on the run, its data-parallel actions: action, predicted_gain_frac, measured
+    # (status, speedup {value, low, high}, gain_frac, verdict, step_s)
+    measured_actions: list[dict] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -112,7 +119,47 @@ def write_record(record: DistributedRecord, path: Path) -> None:
 
 
 def read_record(path: Path) -> DistributedRecord:
-    return DistributedRecord.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+    """The record of the fewest GPUs in `path` (the headline measurement)."""
+    return read_records(path)[0]
+
+
+def read_records(path: Path) -> list[DistributedRecord]:
+    """Every record in `path`, fewest GPUs first: one record, or {"records": [...]}, one per GPU count."""
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    docs = doc["records"] if isinstance(doc, dict) and "records" in doc else [doc]
+    return sorted((DistributedRecord.from_json(d) for d in docs), key=lambda r: r.world_size)
+
+
+def upsert_record(record: DistributedRecord, path: Path) -> list[DistributedRecord]:
+    """Fold `record` into the file at `path`, replacing the one of the same GPU count."""
+    kept = [r for r in read_records(path) if r.world_size != record.world_size] if Path(path).is_file() else []
+    records = sorted([*kept, record], key=lambda r: r.world_size)
+    if len(records) == 1:
+        write_record(record, path)
+        return records
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps({"records": [clean(r.to_json()) for r in records]}, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python3 benchmarks/distributed_record.py OUT/distributed.json [DATA]`: fold a device run's
+    record into benchmarks/data/distributed.json (one record per GPU count)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    ap.add_argument("record", type=Path)
+    ap.add_argument("data", type=Path, nargs="?", default=DEFAULT_PATH)
+    args = ap.parse_args(argv)
+    records = upsert_record(read_record(args.record), args.data)
+    print(f"{args.data}: records for {', '.join(str(r.world_size) for r in records)} GPUs")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
 
 
 def clean(value: Any) -> Any:
@@ -134,10 +181,22 @@ def busbw_factor(world_size: int) -> float:
     return 2 * (world_size - 1) / world_size
 
 
-def busbw_at(rows: list[dict], size_bytes: float | None) -> float | None:
-    """busbw_check's busbw at `size_bytes`: linear in log(size) between the two nearest sizes,
-    the end row's value outside the measured range (busbw flattens at both ends)."""
-    points = sorted((r["size_bytes"], r["busbw_bytes_per_s"]) for r in rows if r.get("busbw_bytes_per_s"))
+def family_rows(rows: list[dict], collective: str) -> list[dict]:
+    """busbw_check's rows of one collective (rows without the key are all-reduce: the first schema)."""
+    return [r for r in rows if r.get("collective", "all_reduce") == collective]
+
+
+def family_ceiling(rows: list[dict], collective: str) -> float | None:
+    """The largest busbw busbw_check measured for `collective`: that family's ceiling on this host."""
+    values = [r["busbw_bytes_per_s"] for r in family_rows(rows, collective) if r.get("busbw_bytes_per_s")]
+    return max(values) if values else None
+
+
+def busbw_at(rows: list[dict], size_bytes: float | None, collective: str = "all_reduce") -> float | None:
+    """busbw_check's busbw of `collective` at `size_bytes`: linear in log(size) between the two nearest
+    sizes, the end row's value outside the measured range (busbw flattens at both ends)."""
+    points = sorted((r["size_bytes"], r["busbw_bytes_per_s"]) for r in family_rows(rows, collective)
+                    if r.get("busbw_bytes_per_s"))
     if not points or not size_bytes or size_bytes <= 0:
         return None
     if size_bytes <= points[0][0]:

@@ -3,6 +3,7 @@
 # Run on the GPU machine from the repo root: benchmarks/gpu_pass.sh OUTDIR STEP...
 # Steps: gpu_tests calibrate profile ncu recommend kernels cuda_kernels tune try_kernel
 #        engine_tests exhaustive measure_tests advice coverage capture_runs kernels_csv kernels_csv_quick sdpa_backends
+#        distributed_runs
 #        (one-off studies: benchmarks/studies/README.md)
 # advice: ADVICE_MODELS=a,b (default all) ADVICE_BUDGET_S=45; ADVISOR_COMMIT names the commit measured.
 # exhaustive: EXHAUSTIVE_MODELS=a,b EXHAUSTIVE_MODES=inference,train: the independent hand search
@@ -13,6 +14,11 @@
 #   python3 benchmarks/bench_kernels_csv.py --merge OUTDIR/kernels.csv && python3 benchmarks/render_kernels.py
 #   Liger is installed from .wheels/liger_kernel-*.whl (pip download liger-kernel --no-deps -d .wheels)
 #   into a temp dir when it does not import.
+# distributed_runs: DIST_NPROC=N (default: every GPU) ranks; in one call of < 8 min: calibrate, busbw_check
+#   (all-reduce, all-gather, reduce-scatter), DDP / TP / FSDP2 profiles of examples/ddp_mlp.py and tp_mlp.py,
+#   `recommend --measure` of the DDP and FSDP runs with their data-parallel actions; OUTDIR/distributed/.
+#   Here: python3 benchmarks/distributed_record.py OUTDIR/distributed/distributed.json \
+#         && python3 benchmarks/render_distributed.py
 set -uo pipefail
 out=${1:-gpu-pass}
 mkdir -p "$out"
@@ -77,6 +83,8 @@ for step in "${@:2}"; do
         coverage) run coverage python3 benchmarks/advice/coverage.py --out "$out/coverage.csv" ;;
         capture_runs) run capture_runs python3 benchmarks/capture_runs.py "$out/gpu_runs.tar.gz" ;;
         kernels_csv) kernels_csv "" ;;
+        distributed_runs) run distributed_runs python3 benchmarks/bench_distributed.py "$out/distributed" \
+                              --nproc "${DIST_NPROC:-$ADVISOR_TEST_GPUS}" --budget-s 470 ;;
         kernels_csv_quick) kernels_csv _quick ;;
         *) echo "unknown step $step" ;;
     esac

@@ -18,7 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-from distributed_record import DEFAULT_PATH, DistributedRecord, RunFigures, read_record  # noqa: E402
+from distributed_record import DEFAULT_PATH, DistributedRecord, RunFigures, read_records  # noqa: E402
 from docdata import splice_block  # noqa: E402
 
 BEGIN, END = "<!-- measured:begin -->", "<!-- measured:end -->"
@@ -126,14 +126,58 @@ def rank_table(run: RunFigures) -> list[str]:
 
 
 def busbw_table(check: dict) -> list[str]:
-    lines = [f"`benchmarks/busbw_check.py`: {check['dtype']} sum all-reduce in place over {check['world_size']} "
+    families = ", ".join(check.get("collectives") or ["all_reduce"])
+    lines = [f"`benchmarks/busbw_check.py`: {check['dtype']} {families} (sum) over {check['world_size']} "
              f"ranks ({check['backend']}), {check['warmup']} warm-up + {check['iters']} timed calls per size, "
              f"{'CUDA events' if check.get('device') == 'cuda' else 'perf_counter'}, the slowest rank's mean; "
-             "busbw = algbw × 2(n−1)/n.", "",
-             "| message | time | algbw | busbw |", "|---|---|---|---|"]
+             "busbw = algbw × 2(n−1)/n for all-reduce, × (n−1)/n for all-gather and reduce-scatter.", "",
+             "| collective | message | time | algbw | busbw |", "|---|---|---|---|---|"]
     for r in check["rows"]:
-        lines.append(f"| {size(r['size_bytes'])} | {r['time_s'] * 1e6:.1f} µs | {gbps(r['algbw_bytes_per_s'])} | "
-                     f"{gbps(r['busbw_bytes_per_s'])} |")
+        lines.append(f"| {r.get('collective', 'all_reduce')} | {size(r['size_bytes'])} | {r['time_s'] * 1e6:.1f} µs | "
+                     f"{gbps(r['algbw_bytes_per_s'])} | {gbps(r['busbw_bytes_per_s'])} |")
+    return lines
+
+
+def families_table(rec: DistributedRecord) -> list[str]:
+    """Every run's collective families against busbw_check's sweep of the same family."""
+    rows = [(run, c) for run in rec.runs for c in run.collectives]
+    if not rows:
+        return []
+    lines = ["Each run's collectives against `busbw_check.py`'s sweep of the same family (ceiling: the "
+             "family's peak busbw over the sizes swept):", "",
+             "| run | wrapper | collective | calls/step × size | busbw | of the family's ceiling | "
+             "vs busbw_check at that size |", "|---|---|---|---|---|---|---|"]
+    for run, c in rows:
+        lines.append(f"| {run.name} | {run.wrapper} | {c['collective']} | {c.get('calls_per_step') or 0:.0f} × "
+                     f"{size(c.get('bytes_per_call'))} | {gbps(c.get('busbw_bytes_per_s'))} | "
+                     f"{pct(c.get('busbw_frac_of_family_ceiling'))} ({gbps(c.get('family_ceiling_bytes_per_s'))}) | "
+                     f"{times(c.get('busbw_vs_independent'))} |")
+    return lines
+
+
+def interval_text(e: dict | None) -> str:
+    if not e or e.get("value") is None:
+        return DASH
+    if e.get("low") is None or e.get("high") is None:
+        return f"{e['value']:.2f}×"
+    return f"{e['value']:.2f}× [{e['low']:.2f}–{e['high']:.2f}]"
+
+
+def actions_table(rec: DistributedRecord) -> list[str]:
+    """Data-parallel actions `recommend --measure` measured on the ranks: predicted beside measured."""
+    rows = [(run, a) for run in rec.runs for a in run.measured_actions]
+    if not rows:
+        return []
+    lines = ["Data-parallel actions `advisor recommend --measure` measured on the run's ranks (gated on every "
+             "rank against the run's own wrapping, timed in lockstep back-to-back windows; predicted: the rule's "
+             "estimate, – where no rule named the action):", "",
+             "| run | action | predicted % step | measured % step | speedup [95 % CI] | result |",
+             "|---|---|---|---|---|---|"]
+    for run, a in rows:
+        m = a.get("measured") or {}
+        result = m.get("verdict") if m.get("status") == "passed" else f"{m.get('status')}: {m.get('reason', '')}"
+        lines.append(f"| {run.name} | `{a['action']}` | {pct(a.get('predicted_gain_frac'))} | "
+                     f"{pct(m.get('gain_frac'))} | {interval_text(m.get('speedup'))} | {result} |")
     return lines
 
 
@@ -142,8 +186,11 @@ def other_runs(rec: DistributedRecord) -> list[str]:
     for run in rec.runs:
         if run.name == rec.primary_run:
             continue
-        lines.append(f"- `{run.model}` ({run.wrapper}): step {ms(run.step_s)}, communication "
-                     f"{pct(run.comm_share_of_step)} of it, overlap {pct(run.overlap_frac)}, busbw "
+        prefetch = (f", all-gather overlap (prefetch) {pct(run.allgather_overlap_frac)}"
+                    if run.allgather_overlap_frac is not None else "")
+        lines.append(f"- {run.name} (`{run.model}`, {run.wrapper}): step {ms(run.step_s)}, communication "
+                     f"{pct(run.comm_share_of_step)} of it, overlap {pct(run.overlap_frac)}{prefetch}, exposed "
+                     f"{ms(run.exposed_comm_s)}, straggler ratio {times(run.straggler.get('ratio'), 3)}, busbw "
                      f"{gbps(run.busbw_bytes_per_s)} ({pct(run.busbw_frac_of_ceiling)} of the ceiling), "
                      f"profiler overhead {overhead_text(run.profiler_overhead)}.")
     return lines
@@ -162,8 +209,18 @@ def render(rec: DistributedRecord) -> str:
     others = other_runs(rec)
     if others:
         parts += ["Other runs of the same call:", "", *others, ""]
+    for table in (families_table(rec), actions_table(rec)):
+        parts += [*table, ""] if table else []
     parts += busbw_table(rec.busbw_check)
     return "\n".join(parts)
+
+
+def render_all(records: list[DistributedRecord]) -> str:
+    """The fewest-GPU record in full; each other GPU count under its own heading."""
+    blocks = [render(records[0])]
+    for rec in records[1:]:
+        blocks += ["", f"### {rec.world_size} GPUs", "", render(rec)]
+    return "\n".join(blocks)
 
 
 def splice(text: str, block: str) -> str:
@@ -179,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"render_distributed: no record at {args.record}; nothing written. Run "
               "benchmarks/bench_distributed.py on a multi-GPU host first.")
         return 1
-    block = render(read_record(args.record))
+    block = render_all(read_records(args.record))
     args.docs.write_text(splice(args.docs.read_text() if args.docs.is_file() else "", block))
     print(block)
     print(f"wrote the measured section of {args.docs}")

@@ -13,6 +13,7 @@ the CLI is a thin layer over the same functions.
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,6 +30,7 @@ from kernel_advisor.collect.step_time import StepTime, step_time_of
 from kernel_advisor.errors import UserInputError
 from kernel_advisor.experiment.quiet import LOG_FILE, compilers_to_log
 from kernel_advisor.experiment.search import SearchOptions
+from kernel_advisor.distributed.measure import measure_distributed, run_wrapper
 from kernel_advisor.measure.advice import AdviceMeasurement, measure_report
 from kernel_advisor.measure.document import measured_json
 from kernel_advisor.measure.from_run import load_run_model
@@ -130,7 +132,7 @@ class Run:
         if measure:
             loaded, mode = self.model()
             doc, _ = measure_document(report, doc, loaded, mode, SearchOptions(budget_s=budget_s), top, also,
-                                      progress, self.path, self.meta.device_busy_frac)
+                                      progress, self.path, self.meta.device_busy_frac, meta=self.meta)
         record = save_recommendations(self.path, doc)
         return Recommendations(record.recommendations, record.findings)
 
@@ -276,16 +278,22 @@ def recommendations_document(run, rules: Sequence[str | Path] | None, top: int,
 def measure_document(report: Report, doc: Mapping, loaded: LoadedModel, mode: str, options: SearchOptions,
                      top: int, also: Sequence[str] = (), progress: Progress | None = None,
                      run_dir: Path | None = None, busy_frac: float | None = None,
-                     terminal: Callable[[Any], Any] | None = None) -> tuple[dict, AdviceMeasurement]:
+                     terminal: Callable[[Any], Any] | None = None,
+                     meta: Mapping | None = None) -> tuple[dict, AdviceMeasurement]:
     """Every recommendation's action measured in the model, searched with the compile modes and
     their combinations; the document ranked by measured gain. experiments.json and the
     compilers' log (measure.log) are written in `run_dir` as the search goes; `terminal`, when
-    given, receives the stream to the real stderr while the compilers' output is diverted."""
+    given, receives the stream to the real stderr while the compilers' output is diverted. A
+    distributed run (`meta`, its run.json) has its data-parallel actions measured on its ranks
+    (distributed/measure.py), into distributed_experiments.json."""
     log_dir = Path(run_dir) if run_dir is not None else None
+    on_ranks = None
+    if meta is not None and log_dir is not None and run_wrapper(meta) is not None:
+        on_ranks = functools.partial(measure_distributed, meta, log_dir, budget_s=options.budget_s)
     quiet = compilers_to_log(log_dir / LOG_FILE) if log_dir is not None else contextlib.nullcontext(None)
     with quiet as stream:
         with (terminal(stream) if terminal is not None and stream is not None else contextlib.nullcontext()):
-            m = measure_report(report, loaded, mode, options, top, also, progress, busy_frac, log_dir)
+            m = measure_report(report, loaded, mode, options, top, also, progress, busy_frac, log_dir, on_ranks)
     return RecommendationsRecord.from_json(measured_json(dict(doc), report, m)).to_json(), m
 
 

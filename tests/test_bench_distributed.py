@@ -11,8 +11,8 @@ import pytest
 from benchmarks import busbw_check as bb
 from benchmarks.bench_distributed import figure_problems, figure_warnings, headline_lines, plain_lines
 from benchmarks.distributed_record import (SCHEMA_VERSION, DistributedRecord, RecordError, RunFigures, busbw_at,
-                                          clock_skew_us, read_record, write_record)
-from benchmarks.render_distributed import BEGIN, END, main as render_main, render, splice
+                                          clock_skew_us, read_record, read_records, upsert_record, write_record)
+from benchmarks.render_distributed import BEGIN, END, main as render_main, render, render_all, splice
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 2**20
@@ -46,8 +46,34 @@ def test_busbw_check_table_reads_like_nccl_tests():
            "rows": [{"size_bytes": MIB, "count": MIB // 2, "time_s": 100e-6, "algbw_bytes_per_s": 10.48576e9,
                      "busbw_bytes_per_s": 10.48576e9, "wrong": 0}]}
     text = bb.table_text(doc)
-    assert "      1048576       524288  bfloat16    sum     100.00    10.49    10.49       0" in text
+    assert "      all_reduce      1048576       524288  bfloat16    sum     100.00    10.49    10.49       0" in text
     assert "# Avg bus bandwidth    : 10.486 GB/s" in text and "OK" in text
+
+
+def test_busbw_factors_per_family():
+    # nccl-tests: all-gather and reduce-scatter move (n-1)/n of the buffer per rank, all-reduce twice that
+    assert bb.busbw_factor(4, "all_gather") == bb.busbw_factor(4, "reduce_scatter") == pytest.approx(0.75)
+    assert bb.bandwidths(MIB, 100e-6, 4, "all_gather")[1] == pytest.approx(10.48576e9 * 0.75)
+    rows = [{"collective": "all_gather", "busbw_bytes_per_s": 2.0}, {"collective": "all_gather", "busbw_bytes_per_s": 5.0},
+            {"busbw_bytes_per_s": 3.0}]
+    assert bb.ceilings(rows) == {"all_gather": 5.0, "all_reduce": 3.0}
+
+
+def test_busbw_at_reads_one_family():
+    rows = [{"collective": "all_gather", "size_bytes": MIB, "busbw_bytes_per_s": 1e9},
+            {"size_bytes": MIB, "busbw_bytes_per_s": 7e9}]
+    assert busbw_at(rows, MIB, "all_gather") == 1e9 and busbw_at(rows, MIB) == 7e9
+
+
+def test_records_are_upserted_by_gpu_count(tmp_path):
+    path = tmp_path / "d.json"
+    rec = read_record(REPO / "benchmarks" / "data" / "distributed.json")
+    upsert_record(rec, path)
+    upsert_record(replace(rec, world_size=4, date_utc="later"), path)
+    upsert_record(replace(rec, world_size=4, date_utc="latest"), path)
+    got = read_records(path)
+    assert [(r.world_size, r.date_utc) for r in got] == [(2, rec.date_utc), (4, "latest")]
+    assert "### 4 GPUs" in render_all(got)
 
 
 def test_busbw_check_on_gloo(tmp_path):
@@ -200,8 +226,22 @@ def test_render_writes_the_measured_section(tmp_path):
     assert "| the same model as one process on one device (no DDP) · the DDP step over it | 2.50 ms · 1.60× |" \
         in lines
     assert "step 4.00 ms [3.9 ms–4.1 ms, 75 % CI] · profiler overhead 1.05× [1.01–1.09]" in lines  # no temp path
-    assert "| 256 MiB | 900.0 µs | 300.0 GB/s | 300.0 GB/s |" in lines
+    assert "| all_reduce | 256 MiB | 900.0 µs | 300.0 GB/s | 300.0 GB/s |" in lines
     assert "`dist-exposed-communication` (and 1 single-device rules)" in text
+
+
+def test_render_shows_families_and_measured_actions():
+    fam = {"collective": "all_gather", "calls_per_step": 8.0, "bytes_per_call": 2 * MIB, "busbw_bytes_per_s": 1.5e11,
+           "family_ceiling_bytes_per_s": 3e11, "busbw_frac_of_family_ceiling": 0.5,
+           "independent_busbw_bytes_per_s": 2e11, "busbw_vs_independent": 0.75}
+    act = {"action": "ddp:bucket_cap_mb", "predicted_gain_frac": 0.05,
+           "measured": {"status": "passed", "gain_frac": 0.08, "verdict": "faster",
+                        "speedup": {"value": 1.09, "low": 1.05, "high": 1.12}}}
+    rec = record()
+    rec = replace(rec, runs=[replace(rec.runs[0], collectives=[fam], measured_actions=[act])])
+    lines = render(rec).splitlines()
+    assert "| ddp_mlp | ddp | all_gather | 8 × 2 MiB | 150.0 GB/s | 50 % (300.0 GB/s) | 0.75× |" in lines
+    assert "| ddp_mlp | `ddp:bucket_cap_mb` | 5 % | 8 % | 1.09× [1.05–1.12] | faster |" in lines
 
 
 def test_render_splices_between_markers_and_before_limits(tmp_path):

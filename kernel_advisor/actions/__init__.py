@@ -6,14 +6,15 @@ The registry is code, one module per action. Rules name an action (`action: sdpa
 """
 from __future__ import annotations
 
-from kernel_advisor.actions import (bf16_autocast, channels_last, compile, cudnn_benchmark, float8, kernel,
-                                    pad_gemm, rms_norm_module, sdpa, sdpa_backend, tf32)
+from kernel_advisor.actions import (bf16_autocast, channels_last, compile, cudnn_benchmark, data_parallel, float8,
+                                    kernel, pad_gemm, rms_norm_module, sdpa, sdpa_backend, tf32)
 from kernel_advisor.actions.base import Action, NotApplicable, NotMeasurable, Variant, stacked
 
 NONE = "none"
 _FIXED: dict[str, Action] = {a.name: a for a in (
     sdpa.ACTION, *sdpa_backend.ACTIONS, rms_norm_module.ACTION, channels_last.ACTION, cudnn_benchmark.ACTION,
-    tf32.ACTION, bf16_autocast.ACTION, pad_gemm.ACTION, float8.ACTION, *compile.ACTIONS, float8.COMPILED)}
+    tf32.ACTION, bf16_autocast.ACTION, pad_gemm.ACTION, float8.ACTION, *compile.ACTIONS, float8.COMPILED,
+    *data_parallel.ACTIONS)}
 
 
 def action_names() -> tuple[str, ...]:
@@ -41,6 +42,11 @@ def fixed_by(name: str) -> frozenset[str]:
     return frozenset({name, *get_action(name).also_fixes})
 
 
+def is_distributed(name: str) -> bool:
+    """Measured on a distributed run's ranks (actions/data_parallel.py), not in one process."""
+    return name in _FIXED and _FIXED[name].distributed
+
+
 def effort(name: str) -> int:
     """How much an action asks of the user within its rung: 0 for a global flag, else 1."""
     return get_action(name).effort if name != NONE and is_known(name) else 1
@@ -48,4 +54,4 @@ def effort(name: str) -> int:
 
 __all__ = ["Action", "NONE", "NotApplicable", "NotMeasurable", "Variant", "action_names", "effort", "fixed_by",
            "get_action",
-           "is_known", "stacked"]
+           "is_distributed", "is_known", "stacked"]

@@ -76,6 +76,8 @@ class Action:
     # Preparing it takes much longer than a step (max-autotune benchmarks every GEMM shape): it is
     # gated and timed after the others, so under a --budget-s it gives way instead of starving them.
     slow_to_prepare: bool = False
+    # Measured on the ranks of a distributed run (actions/data_parallel.py), never in one process.
+    distributed: bool = False
 
 
 def stacked(variants: Sequence[Variant]) -> Variant:

@@ -58,7 +58,7 @@ def measure_and_render(report: Report, doc: dict[str, Any], meta: Mapping[str, A
     try:
         with progress:
             doc, m = measure_document(report, doc, loaded, mode, options, args.top, args.also, report_cb, run_dir,
-                                      RunMeta.of(meta).device_busy_frac, console.diagnostics_to)
+                                      RunMeta.of(meta).device_busy_frac, console.diagnostics_to, meta=meta)
     except KeyboardInterrupt:
         from kernel_advisor.cli.app import fail
         from kernel_advisor.records.experiments import FILE

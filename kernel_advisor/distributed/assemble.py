@@ -27,15 +27,20 @@ def rank_dir_name(rank: int) -> str:
     return f"rank{rank}"
 
 
+def overlap_from_json(doc: dict) -> Overlap:
+    return Overlap(**{k: math.nan if v is None else v for k, v in doc.items()})
+
+
 def load_rank(rank_dir: Path) -> tuple[dict, RankResult]:
     """(rank.json, the merge's view of it) for one rank directory."""
     meta = json.loads((rank_dir / RANK_FILES["rank"]).read_text(encoding="utf-8"))
     info = meta["rank"]
-    overlap = Overlap(**{k: math.nan if v is None else v for k, v in info["overlap"].items()})
+    overlap = overlap_from_json(info["overlap"])
     calls = read_table(rank_dir / RANK_FILES["comms"])
+    by_collective = {k: overlap_from_json(v) for k, v in (info.get("overlap_by_collective") or {}).items()}
     result = RankResult(rank=int(info["rank"]), steps=int(meta["steps"]),
                         step_wall_s=tuple(meta["step_wall_s"]), device_busy_s=float(meta["device_busy_s"]),
-                        calls=calls, overlap=overlap)
+                        calls=calls, overlap=overlap, overlap_by_collective=by_collective)
     return meta, result
 
 

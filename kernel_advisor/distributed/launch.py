@@ -78,9 +78,9 @@ def check_request(req: DistributedRequest) -> None:
         raise UserInputError(f"model file {path} does not exist or is not a .py file", "check the path")
 
 
-def torchrun_command(nproc: int, settings_path: Path) -> list[str]:
+def torchrun_command(nproc: int, settings_path: Path, module: str = "kernel_advisor.distributed.worker") -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-            "-m", "kernel_advisor.distributed.worker", str(settings_path)]
+            "-m", module, str(settings_path)]
 
 
 def child_env(base: dict[str, str]) -> dict[str, str]:

@@ -40,6 +40,8 @@ class RankResult:
     device_busy_s: float  # over all profiled steps
     calls: pd.DataFrame = field(hash=False, compare=False)  # comms.COMM_COLUMNS
     overlap: Overlap = field(default=Overlap(0.0, 0.0, 0.0, 0.0, math.nan))
+    # per collective ("all_gather", ...): how much of that collective's time compute hid
+    overlap_by_collective: dict = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,16 @@ def _none_if_nan(value):
     return value.item() if hasattr(value, "item") else value
 
 
+def collective_overlap_frac(results: Sequence[RankResult], collective: str) -> float:
+    """Σ overlapped / Σ busy of one collective over the ranks (NaN when no rank ran it).
+
+    For FSDP's all-gathers this is prefetch overlap: the share of all-gather time hidden under compute.
+    """
+    parts = [r.overlap_by_collective[collective] for r in results if collective in r.overlap_by_collective]
+    busy = sum(p.comm_busy_s for p in parts)
+    return sum(p.overlapped_s for p in parts) / busy if busy > 0 else math.nan
+
+
 def distributed_evidence(results: Sequence[RankResult], ranks: pd.DataFrame, calls: pd.DataFrame,
                          collectives: pd.DataFrame, ceiling_bytes_per_s: float | None) -> dict:
     """The run-level numbers rules read (run.json "distributed"); times are per step, mean over ranks."""
@@ -199,6 +211,8 @@ def distributed_evidence(results: Sequence[RankResult], ranks: pd.DataFrame, cal
         "max_comm_wait_pct": 100.0 * float(wait.max()) / step_s if wait.notna().any() and step_s > 0 else math.nan,
         "waited_for_rank": int(ranks.loc[wait.idxmin(), "rank"]) if wait.notna().any() else None,
         "overlap_frac": overlapped_s / busy_s if busy_s > 0 else math.nan,
+        "allgather_overlap_frac": collective_overlap_frac(results, "all_gather"),
+        "reduce_scatter_overlap_frac": collective_overlap_frac(results, "reduce_scatter"),
         "allreduce_count": float(allreduce["calls_per_step"].sum()) if len(allreduce) else 0.0,
         "mean_allreduce_bytes": float(allreduce["bytes_per_call"].iloc[0]) if len(allreduce) else math.nan,
         "busbw_bytes_per_s": busbw, "bus_ceiling_bytes_per_s": ceiling_bytes_per_s,

@@ -39,6 +39,13 @@ def overlap_json(overlap: Overlap) -> dict:
             for k, v in dataclasses.asdict(overlap).items()}
 
 
+def overlap_by_collective(calls: pd.DataFrame, compute_us: np.ndarray) -> dict[str, dict]:
+    """Per collective, how much of its time compute hid: under FSDP, the all-gathers' share is
+    prefetch at work (the next block's parameters gathered while this one computes)."""
+    return {name: overlap_json(comm_overlap(call_spans_us(group), compute_us))
+            for name, group in calls.groupby("collective", sort=True)}
+
+
 def gzip_copy(src: Path, dst: Path) -> None:
     with open(src, "rb") as f, gzip.open(dst, "wb", compresslevel=6) as g:
         shutil.copyfileobj(f, g, length=1 << 20)
@@ -52,9 +59,11 @@ def write_rank_dir(rank_dir: Path, loaded: LoadedModel, args: dict, cap: Capture
     windows = windows_array(step_windows(trace))
     device_index = loaded.device.index if device_type == "cuda" else None
     calls = comm_calls(trace, info["world_size"], windows, device_index)
-    overlap = comm_overlap(call_spans_us(calls), compute_intervals_us(trace, windows, device_type, device_index))
+    compute = compute_intervals_us(trace, windows, device_type, device_index)
+    overlap = comm_overlap(call_spans_us(calls), compute)
     meta.update(files=dict(RANK_FILES),
-                rank={**info, "comm_calls": len(calls), "overlap": overlap_json(overlap)})
+                rank={**info, "comm_calls": len(calls), "overlap": overlap_json(overlap),
+                      "overlap_by_collective": overlap_by_collective(calls, compute)})
     rank_dir.mkdir(parents=True)
     write_table(rank_dir / RANK_FILES["ops"], ops)
     write_table(rank_dir / RANK_FILES["sequence"], attr.sequence)

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from kernel_advisor.actions.data_parallel import repeated_blocks, shard_blocks
 from kernel_advisor.collect.loader import LoadedModel, out_of_memory_error, user_code_error
 from kernel_advisor.errors import UserInputError
 
@@ -68,28 +69,7 @@ def wrap_ddp(model: nn.Module, device: torch.device) -> nn.Module:
     return nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
 
-def repeated_blocks(model: nn.Module) -> list[nn.Module]:
-    """Items of every nn.ModuleList / nn.Sequential that own parameters: the layers to shard.
-
-    NB: a heuristic for the usual "stack of blocks" model; files with another structure
-    define wrap_distributed(model) and shard as they see fit.
-    """
-    candidates: dict[int, nn.Module] = {}
-    for module in model.modules():
-        if isinstance(module, (nn.ModuleList, nn.Sequential)):
-            candidates.update({id(m): m for m in module if any(True for _ in m.parameters())})
-    # Only the outermost blocks: FSDP2 cannot shard a module whose parent it already manages.
-    inner = {id(sub) for block in candidates.values() for sub in block.modules() if sub is not block}
-    return [block for key, block in candidates.items() if key not in inner]
-
-
 def shard_fsdp(model: nn.Module, device_type: str) -> nn.Module:
     """FSDP2: each repeated block is its own shard group (all-gathered just before use), then the root."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
-    mesh = init_device_mesh(device_type, (dist.get_world_size(),))
-    for block in repeated_blocks(model):
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    shard_blocks(model, device_type)
     return model

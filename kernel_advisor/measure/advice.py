@@ -9,11 +9,12 @@ first (largest first), then the rest in their predicted order.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-from kernel_advisor.actions import NONE, is_known
+from kernel_advisor.actions import NONE, is_distributed, is_known
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.experiment.engine import Measured, measure_actions
 from kernel_advisor.experiment.outcome import Outcome
@@ -22,6 +23,9 @@ from kernel_advisor.experiment.trial import Progress
 from kernel_advisor.measure.modes import credit_note, credited
 from kernel_advisor.recommend.engine import Finding, Recommendation
 from kernel_advisor.recommend.report import Report, action_gain_frac
+
+
+RankMeasure = Callable[[Sequence[str]], Mapping[str, Outcome]]  # data-parallel actions -> outcomes
 
 
 @dataclass(frozen=True)
@@ -51,9 +55,17 @@ def actions_to_measure(report: Report, top: int) -> tuple[list[str], set[str]]:
 
 def measure_report(report: Report, loaded: LoadedModel, mode: str, options: SearchOptions, top: int,
                    also: Sequence[str] = (), progress: Progress | None = None, busy_frac: float | None = None,
-                   run_dir: Path | None = None) -> AdviceMeasurement:
+                   run_dir: Path | None = None, on_ranks: RankMeasure | None = None) -> AdviceMeasurement:
+    """`on_ranks` (a distributed run's) measures the data-parallel actions on the run's ranks, first;
+    without it they go to the single-process search, which reports them not measurable."""
     names, beyond = actions_to_measure(report, top)
-    measured = measure_actions(loaded, mode, [*names, *also], options, busy_frac, run_dir, progress)
+    wanted = list(dict.fromkeys([*names, *also]))
+    ranked = [n for n in wanted if is_distributed(n)] if on_ranks is not None else []
+    on_ranks_out = on_ranks(ranked) if ranked else {}
+    measured = measure_actions(loaded, mode, [n for n in wanted if n not in ranked], options, busy_frac, run_dir,
+                               progress)
+    if on_ranks_out:
+        measured = dataclasses.replace(measured, outcomes={**measured.outcomes, **on_ranks_out})
     recs = [r for f in report.findings for r in f.recommendations]
     actions = {rec_key(r): credited(r.action, measured.outcomes) for r in recs}
     by_rec = {rec_key(r): _credited_outcome(r, actions[rec_key(r)], measured.outcomes, beyond, top) for r in recs}

@@ -196,7 +196,7 @@ CONDITIONS: Mapping[str, CondSpec] = {
         "kernels_per_step", "run_kernel_time_per_launch_s", "device_busy_frac", "host_gap_frac",
         # distributed runs (docs/distributed.md); the evidence is absent for one process
         "world_size", "straggler_ratio", "exposed_comm_pct", "max_comm_wait_pct", "overlap_frac",
-        "allreduce_count", "mean_allreduce_bytes", "busbw_frac_of_ceiling")},
+        "allreduce_count", "mean_allreduce_bytes", "busbw_frac_of_ceiling", "allgather_overlap_frac")},
     "graph_breaks": _range(_ALL, "graph_breaks"),
     "nchw_norm_share_pct": _range(_ALL, "nchw_norm_share_pct"),
 }

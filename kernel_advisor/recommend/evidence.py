@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from kernel_advisor.analyze.costs import rnn
 from kernel_advisor.analyze.costs.call import OpCall
-from kernel_advisor.analyze.costs.errors import Unmodelled
+from kernel_advisor.analyze.costs.shapes import Unmodelled
 from kernel_advisor.analyze.roofline import RECURRENT_OPS
 from kernel_advisor.collect.noise import step_noise_s
 from kernel_advisor.collect.step_time import step_time_of

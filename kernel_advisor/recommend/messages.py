@@ -30,6 +30,7 @@ _RUN_FIELDS = {
     "waited_for_rank": ("waited_for_rank", None), "allreduce_count": ("allreduce_count", 1.0),
     "mean_allreduce_mb": ("mean_allreduce_bytes", 1e-6),
     "busbw_pct_of_ceiling": ("busbw_frac_of_ceiling", 1e2), "overlap_pct": ("overlap_frac", 1e2),
+    "allgather_overlap_pct": ("allgather_overlap_frac", 1e2),
 }
 _SUBJECT_FIELDS = {
     "verdict": ("verdict", None), "dtype": ("dtype", None), "region": ("region", None),
