@@ -192,19 +192,42 @@ def profile_file(path: str | Path, *, entry: str | None = None, device: str = "a
 
 
 def import_trace(path: str | Path, *, mode: str = "inference", out: str | Path | None = None,
-                 steps: int | None = None) -> Run:
+                 steps: int | None = None, workers: int | None = None, progress: Progress | None = None) -> Run:
     """A torch.profiler / Kineto trace captured elsewhere, attributed and analysed as a run.
 
     `steps` as `advisor import --steps`: the steps a trace without ProfilerStep markers holds,
-    or the last marked steps to keep.
+    or the last marked steps to keep. A directory of per-rank traces becomes one distributed
+    run (ranks.json: stragglers, communication per rank, collective skew), read by `workers`
+    processes (default one per CPU, at most 8); rank 0's trace gives the main tables.
     """
     trace = Path(path)
+    if trace.is_dir():
+        from kernel_advisor.distributed.import_ranks import import_rank_dir
+
+        if steps is not None:
+            raise UserInputError("--steps applies to one trace file", "leave it out when importing a directory")
+        if workers is not None and workers < 1:
+            raise UserInputError(f"--workers must be at least 1 (got {workers})", "leave it out for one per CPU")
+        run_dir = Path(out) if out is not None else default_run_dir(trace.resolve().name or "ranks")
+        run_dir, _ = import_rank_dir(trace, {"mode": mode, "steps": None}, run_dir, workers, progress)
+        return load(run_dir)
     if not trace.is_file():
         raise UserInputError(f"trace {trace} does not exist", "pass the .json or .json.gz that torch.profiler wrote")
     if steps is not None and steps < 1:
         raise UserInputError(f"--steps must be at least 1 (got {steps})", "pass the steps the trace covers, e.g. --steps 5")
     run_dir = Path(out) if out is not None else default_run_dir(trace.name.split(".")[0] or "trace")
     run_dir, _ = import_to_run(trace, {"mode": mode, "source_trace": str(trace), "steps": steps}, run_dir)
+    return load(run_dir)
+
+
+def merge_nodes(node_dirs: Sequence[str | Path], *, out: str | Path | None = None) -> Run:
+    """One run from the node directories of a multi-node job (`advisor profile --nnodes N` on each
+    node): every rank, per-node figures and inter- against intra-node communication (nodes.json)."""
+    from kernel_advisor.distributed.nodes import merge_node_dirs
+
+    dirs = [Path(d) for d in node_dirs]
+    stem = dirs[0].resolve().name.split("-node")[0] if dirs else "merge"
+    run_dir, _ = merge_node_dirs(dirs, Path(out) if out is not None else default_run_dir(f"{stem}-merged"))
     return load(run_dir)
 
 

@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -74,9 +75,11 @@ def profile_to_run(loaded: LoadedModel, args: dict, out_dir: Path,
     return run_dir, run.meta
 
 
-def import_to_run(trace_path: Path, args: dict, out_dir: Path) -> tuple[Path, dict]:
+def import_to_run(trace_path: Path, args: dict, out_dir: Path,
+                  finish: Callable[[Path, dict], None] | None = None) -> tuple[Path, dict]:
     """`args["steps"]` (import --steps; None when not given): the steps a trace without step
-    markers holds, or the last marked steps to keep."""
+    markers holds, or the last marked steps to keep. `finish(tmp_dir, meta)` adds files and
+    run.json keys of its own before run.json is written (a multi-rank import's ranks)."""
     check_writable_target(out_dir)
     trace = read_trace(trace_path)
     device_type = "cuda" if len(trace.gpu) else "cpu"
@@ -89,10 +92,11 @@ def import_to_run(trace_path: Path, args: dict, out_dir: Path) -> tuple[Path, di
     meta = import_meta(trace, trace_path, args, attr, device_type)
     ops, ceilings, coverage = analyze_ops(attr.ops, meta)
     meta = meta.with_keys(ceilings=ceilings, coverage=coverage)
-    return _write_run(out_dir, attr, ops, meta, trace_path), meta
+    return _write_run(out_dir, attr, ops, meta, trace_path, finish), meta
 
 
-def _write_run(out_dir: Path, attr: Attribution, ops: pd.DataFrame, meta: dict, trace_src: Path) -> Path:
+def _write_run(out_dir: Path, attr: Attribution, ops: pd.DataFrame, meta: dict, trace_src: Path,
+               finish: Callable[[Path, dict], None] | None = None) -> Path:
     writer = RunWriter(out_dir)
     with writer as tmp:
         write_table(tmp / FILES["ops"], ops)
@@ -101,6 +105,8 @@ def _write_run(out_dir: Path, attr: Attribution, ops: pd.DataFrame, meta: dict, 
             _copy_gzipped(trace_src, tmp / FILES["trace"])
         except OSError as e:  # read_trace has just read the source: this is the write (disk full)
             raise write_error(out_dir, e) from None
+        if finish is not None:
+            finish(tmp, meta)
         write_json_atomic(tmp / "run.json", run_json(meta))
     return writer.final  # a default name another run took meanwhile moved to the next free one
 

@@ -1,4 +1,5 @@
-"""`advisor import TRACE.json[.gz]`: a run directory from a trace captured elsewhere."""
+"""`advisor import TRACE.json[.gz]` or `advisor import DIR/`: a run directory from a trace (or one
+job's per-rank traces) captured elsewhere."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,13 +15,14 @@ from kernel_advisor.cli.options import Mode, check_top
 @app.command("import")
 @guarded
 def import_cmd(
-    trace: Annotated[Path, typer.Argument(help="Chrome trace written by torch.profiler (record_shapes=True), .json or .json.gz.")],
+    trace: Annotated[Path, typer.Argument(help="Chrome trace written by torch.profiler (record_shapes=True), .json or .json.gz; or a directory of one job's per-rank traces.")],
     out: Annotated[Optional[Path], typer.Option(help="Run directory to write (default .advisor/runs/TRACE-TIME: the trace file's name and the time).")] = None,
     mode: Annotated[Mode, typer.Option(help="What the trace captured (recorded for the rules).")] = Mode.train,
     top: Annotated[int, typer.Option(help="Hotspots to show.")] = 15,
     steps: Annotated[Optional[int], typer.Option(
         help="Steps the trace covers. With no ProfilerStep markers the whole trace counts as N steps "
              "(per-step figures = totals / N); with markers, only the last N marked steps are kept.")] = None,
+    workers: Annotated[Optional[int], typer.Option(metavar="N", help="With a directory: processes reading rank traces at once (default one per CPU, at most 8); each holds one trace.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")] = False,
 ) -> None:
     """Build a run from a trace captured elsewhere, without running any model."""
@@ -32,6 +34,9 @@ def import_cmd(
     from kernel_advisor import api
     from kernel_advisor.render.profile_render import hotspot_table, profile_json, run_warnings, summary_line
 
+    if trace.is_dir():
+        _import_ranks(trace, mode, out, top, workers, json_out)
+        return
     run = api.import_trace(trace, mode=mode.value, out=out, steps=steps)
     run_dir = run.path
     if json_out:
@@ -40,4 +45,31 @@ def import_cmd(
         console.out.print(hotspot_table(run.ops, top, title=f"Top hotspots — imported {trace.name}"))
         console.out.print(summary_line(run.meta, run_dir))
     for line in run_warnings(run.meta):  # last, where they are seen
+        console.warn(line)
+
+
+def _import_ranks(directory: Path, mode: Mode, out: Optional[Path], top: int, workers: Optional[int],
+                  json_out: bool) -> None:
+    """Rank 0's hotspots, the per-rank table, the collectives and their skew across ranks."""
+    from kernel_advisor import api
+    from kernel_advisor.distributed.assemble import load_ranks_document
+    from kernel_advisor.render.dist_render import collective_table, distributed_json, distributed_line, rank_table
+    from kernel_advisor.render.multirank_render import skew_table
+    from kernel_advisor.render.profile_render import hotspot_table, run_warnings, summary_line
+
+    progress, report = console.step_progress(enabled=not json_out)
+    with progress:
+        run = api.import_trace(directory, mode=mode.value, out=out, workers=workers, progress=report)
+    doc = load_ranks_document(run.path)
+    if json_out:
+        console.out.print_json(distributed_json(run.meta, run.ops, run.path, top, doc))
+    else:
+        title = f"Top hotspots — rank 0 of {doc['world_size']} — imported {directory.name}"
+        console.out.print(hotspot_table(run.ops, top, title=title))
+        console.out.print(rank_table(doc))
+        console.out.print(collective_table(doc))
+        console.out.print(skew_table(doc))
+        console.out.print(summary_line(run.meta, run.path))
+        console.out.print(distributed_line(run.meta["distributed"]))
+    for line in run_warnings(run.meta):
         console.warn(line)
