@@ -8,7 +8,7 @@ from kernel_advisor.cli.app import app
 # Each module registers its command(s) on `app` when imported.
 _COMMAND_MODULES = (
     "profile", "import_trace", "calibrate", "recommend", "rules", "kernels", "try_kernel",
-    "report", "roofline", "compare",
+    "report", "roofline", "compare", "merge",
 )
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"kernel_advisor.cli.{_name}")

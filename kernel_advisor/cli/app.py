@@ -44,7 +44,8 @@ _METAVARS = {"model": "FILE", "trace": "FILE", "rules": "FILE", "path": "FILE", 
              "out": "DIR", "run": "RUN", "run_a": "RUN", "run_b": "RUN",
              "warmup": "N", "steps": "N", "top": "N", "seed": "N", "nproc_per_node": "N", "draws": "N",
              "reps": "N", "threads": "N", "entry": "NAME", "region": "NAME", "impl": "NAME", "op": "OP",
-             "kernel_ids": "ID", "ids": "ID"}
+             "kernel_ids": "ID", "ids": "ID", "nnodes": "N", "node_rank": "N", "rdzv_endpoint": "HOST:PORT",
+             "rdzv_id": "ID", "rdzv_backend": "static|c10d", "node_dirs": "DIR", "workers": "N"}
 _BY_TYPE = {"int": "N", "float": "X", "path": "PATH", "str": "TEXT"}
 
 

@@ -34,6 +34,11 @@ def profile_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")] = False,
     nproc_per_node: Annotated[int, typer.Option("--nproc-per-node", help="Ranks to launch through torch.distributed.run (one GPU each, NCCL; gloo on CPU). Train mode wraps the model in DDP unless the file defines wrap_distributed(model).")] = 1,
     fsdp: Annotated[bool, typer.Option("--fsdp", help="With --nproc-per-node > 1 in train mode: shard with FSDP2 instead of DDP.")] = False,
+    nnodes: Annotated[int, typer.Option("--nnodes", help="Nodes in the job: run this command on each node (torchrun's rendezvous options below); each writes a node directory, `advisor merge` joins them.")] = 1,
+    node_rank: Annotated[Optional[int], typer.Option("--node-rank", help="This node's rank, 0 … nnodes-1 (static rendezvous, torchrun's default).")] = None,
+    rdzv_endpoint: Annotated[Optional[str], typer.Option("--rdzv-endpoint", help="HOST:PORT every node's agent meets at (with --nnodes > 1).")] = None,
+    rdzv_id: Annotated[Optional[str], typer.Option("--rdzv-id", help="The job's id, the same on every node (e.g. $SLURM_JOB_ID).")] = None,
+    rdzv_backend: Annotated[Optional[str], typer.Option("--rdzv-backend", help="static (the default: nodes numbered by --node-rank) or c10d (numbered as they join).")] = None,
     region: Annotated[Optional[str], typer.Option(help="Show only ops inside this NVTX / record_function region (name or glob); the run keeps everything.")] = None,
     threads: Annotated[Optional[int], typer.Option(metavar="N", help="torch's intra-op threads (torch.set_num_threads); on a busy machine, fewer than the idle cores keeps the timings steady.")] = None,
     with_stack: Annotated[bool, typer.Option("--with-stack", help="Record Python call stacks in the trace (Perfetto, HTA); slows the steps that record shapes (on a GPU the kernels are timed in a pass without it).")] = False,
@@ -50,7 +55,8 @@ def profile_cmd(
         from kernel_advisor.api import use_threads
 
         use_threads(threads)  # before any distributed launch: a bad N is refused before the model runs
-    if nproc_per_node != 1 or fsdp:
+    rendezvous = _rendezvous(nnodes, node_rank, rdzv_endpoint, rdzv_id, rdzv_backend)
+    if nproc_per_node != 1 or fsdp or rendezvous.multi_node:
         if threads is not None:
             raise UserInputError("--threads is not supported with --nproc-per-node or --fsdp yet",
                                  "profile one process with --threads, or set OMP_NUM_THREADS")
@@ -59,7 +65,10 @@ def profile_cmd(
 
         request = DistributedRequest(model=model, entry=entry, device=device.value, mode=mode.value,
                                      dtype=dtype.value, warmup=warmup, steps=steps, seed=seed,
-                                     nproc_per_node=nproc_per_node, fsdp=fsdp)
+                                     nproc_per_node=nproc_per_node, fsdp=fsdp, rendezvous=rendezvous)
+        if rendezvous.multi_node:
+            _profile_node(request, out, json_out)
+            return
         _profile_distributed(request, out, top, json_out)
         return
     from kernel_advisor import api
@@ -138,3 +147,34 @@ def _profile_distributed(request: DistributedRequest, out: Optional[Path], top: 
         console.out.print(distributed_line(run.meta.distributed))
     for line in run_warnings(run.meta):  # rank 0's
         console.warn(line)
+
+
+def _rendezvous(nnodes: int, node_rank: Optional[int], endpoint: Optional[str], rdzv_id: Optional[str],
+                backend: Optional[str]):
+    """torchrun's multi-node options, checked before anything runs (exit 1 on a bad combination)."""
+    from kernel_advisor.distributed.rendezvous import Rendezvous, check_rendezvous
+
+    rendezvous = Rendezvous(nnodes, node_rank, endpoint, rdzv_id, backend)
+    check_rendezvous(rendezvous)
+    return rendezvous
+
+
+def _profile_node(request: DistributedRequest, out: Optional[Path], json_out: bool) -> None:
+    """One node of a multi-node job: its ranks go to a node directory for `advisor merge`."""
+    from kernel_advisor.collect.rundir import default_run_dir
+    from kernel_advisor.distributed.launch import profile_distributed
+    from kernel_advisor.records.base import json_text
+    from kernel_advisor.records.node import SCHEMA_VERSION
+
+    name = f"{request.model.stem}-node{request.rendezvous.node_rank if request.rendezvous.node_rank is not None else 'x'}"
+    node_dir = out if out is not None else default_run_dir(name)
+    progress, report = console.step_progress(enabled=not json_out)
+    with progress:
+        node_dir, node = profile_distributed(request, node_dir, report)
+    if json_out:
+        console.out.print_json(json_text({"node_dir": str(node_dir), "node": node}, SCHEMA_VERSION))
+        return
+    ranks = node["ranks"]
+    console.out.print(f"node {node['node_rank']} of {node['nnodes']} ({console.printable(node['hostname'])}): "
+                      f"ranks {ranks[0]}–{ranks[-1]} of {node['world_size']} written to {node_dir}")
+    console.out.print("merge every node's directory into one run: advisor merge NODE_DIR…")

@@ -26,7 +26,9 @@ from typing import Callable
 from kernel_advisor.hardware.calibrate import NCCL_SAFE_ENV
 from kernel_advisor.collect.rundir import RunWriter
 from kernel_advisor.distributed.assemble import assemble_run, check_ranks_complete, rank_dir_name
+from kernel_advisor.distributed.nodes import write_node_record
 from kernel_advisor.distributed.rank_output import RANK_FILES
+from kernel_advisor.distributed.rendezvous import Rendezvous, check_rendezvous
 from kernel_advisor.distributed.worker import WorkerSettings, error_path, log_path
 from kernel_advisor.errors import (
     AdvisorError, CorrectnessError, EnvironmentCapabilityError, ExitCode, UserInputError)
@@ -50,6 +52,7 @@ class DistributedRequest:
     seed: int
     nproc_per_node: int
     fsdp: bool
+    rendezvous: Rendezvous = Rendezvous()  # nnodes > 1: this agent is one node of the job
 
 
 def resolve_device(device: str, nproc: int) -> str:
@@ -70,7 +73,8 @@ def resolve_device(device: str, nproc: int) -> str:
 
 
 def check_request(req: DistributedRequest) -> None:
-    if req.nproc_per_node < 2:
+    check_rendezvous(req.rendezvous)
+    if req.nproc_per_node < (1 if req.rendezvous.multi_node else 2):
         raise UserInputError(f"--nproc-per-node must be at least 2 for a distributed run (got {req.nproc_per_node})",
                              "drop the option to profile one process")
     path = Path(req.model)
@@ -78,8 +82,9 @@ def check_request(req: DistributedRequest) -> None:
         raise UserInputError(f"model file {path} does not exist or is not a .py file", "check the path")
 
 
-def torchrun_command(nproc: int, settings_path: Path, module: str = "kernel_advisor.distributed.worker") -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+def torchrun_command(nproc: int, settings_path: Path, module: str = "kernel_advisor.distributed.worker",
+                     rendezvous: Rendezvous = Rendezvous()) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *rendezvous.torchrun_args(), "--nproc-per-node", str(nproc),
             "-m", module, str(settings_path)]
 
 
@@ -92,7 +97,8 @@ def child_env(base: dict[str, str]) -> dict[str, str]:
 
 
 def _ranks_done(run_tmp: Path, nproc: int) -> int:
-    return sum((run_tmp / rank_dir_name(r) / RANK_FILES["rank"]).is_file() for r in range(nproc))
+    """Ranks of this agent that wrote rank.json (on a node past the first, their global ranks start above 0)."""
+    return len(list(run_tmp.glob(f"rank*/{RANK_FILES['rank']}")))
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -143,15 +149,15 @@ def rank_failure(log_dir: Path, nproc: int, returncode: int) -> tuple[AdvisorErr
     The first rank to fail is the cause; peers it left waiting in a collective are
     stopped by torchrun or fail later, so the earliest error record wins.
     """
-    records = [json.loads(p.read_text(encoding="utf-8")) for r in range(nproc)
-               if (p := error_path(log_dir, r)).is_file()]
+    records = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(log_dir.glob("rank*.error.json"))]
     if records:
         first = min(records, key=lambda rec: rec["time"])
         cls = _ERROR_OF_CODE.get(int(first["exit_code"]), AdvisorError)
         keep = cls is AdvisorError
         fix = first["fix"] + (f" (rank logs: {log_dir})" if keep else "")
         return cls(f"rank {first['rank']}: {first['problem']}", fix), keep
-    for r in range(nproc):
+    for r in sorted(int(p.stem.removeprefix("rank")) for p in log_dir.glob("rank*.log")
+                    if p.stem.removeprefix("rank").isdigit()):
         line = error_line(log_path(log_dir, r))
         if line:
             return AdvisorError(f"rank {r} exited with no result: {line}",
@@ -164,7 +170,8 @@ def rank_failure(log_dir: Path, nproc: int, returncode: int) -> tuple[AdvisorErr
 def _settings(req: DistributedRequest, device: str, run_tmp: Path, log_dir: Path) -> WorkerSettings:
     return WorkerSettings(model=str(Path(req.model).resolve()), entry=req.entry, device=device, mode=req.mode,
                           dtype=req.dtype, warmup=req.warmup, steps=req.steps, seed=req.seed, fsdp=req.fsdp,
-                          nproc_per_node=req.nproc_per_node, run_tmp=str(run_tmp), log_dir=str(log_dir))
+                          nproc_per_node=req.nproc_per_node, run_tmp=str(run_tmp), log_dir=str(log_dir),
+                          nnodes=req.rendezvous.nnodes)
 
 
 def profile_distributed(req: DistributedRequest, out_dir: Path,
@@ -176,17 +183,21 @@ def profile_distributed(req: DistributedRequest, out_dir: Path,
     log_dir = Path(tempfile.mkdtemp(prefix="advisor-ranks-"))
     keep_logs = False
     try:
-        writer = RunWriter(out_dir)
+        multi_node = req.rendezvous.multi_node
+        writer = RunWriter(out_dir, update_latest=not multi_node)  # a node's directory is no run on its own
         with writer as run_tmp:
             settings_path = log_dir / "settings.json"
             _settings(req, device, run_tmp, log_dir).write(settings_path)
-            code = run_ranks(torchrun_command(req.nproc_per_node, settings_path), child_env(dict(os.environ)),
-                             log_dir, run_tmp, req.nproc_per_node, report)
+            command = torchrun_command(req.nproc_per_node, settings_path, rendezvous=req.rendezvous)
+            code = run_ranks(command, child_env(dict(os.environ)), log_dir, run_tmp, req.nproc_per_node, report)
             if code != 0:
                 error, keep_logs = rank_failure(log_dir, req.nproc_per_node, code)
                 raise error
-            check_ranks_complete(run_tmp, req.nproc_per_node)
-            meta = assemble_run(run_tmp, req.nproc_per_node)
+            if multi_node:
+                meta = write_node_record(run_tmp, req.nproc_per_node, req.rendezvous, str(req.model))
+            else:
+                check_ranks_complete(run_tmp, req.nproc_per_node)
+                meta = assemble_run(run_tmp, req.nproc_per_node)
         return writer.final, meta  # a default name taken meanwhile moved to the next free one
     finally:
         if not keep_logs:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
 import sys
 import tempfile
 import time
@@ -26,6 +27,7 @@ import torch.distributed as dist
 from kernel_advisor.collect.loader import load_model
 from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
 from kernel_advisor.collect.profiler import capture
+from kernel_advisor.distributed.link_bench import measure_group_allreduce
 from kernel_advisor.distributed.rank_output import write_rank_dir
 from kernel_advisor.distributed.wrap import wrap_model
 from kernel_advisor.errors import AdvisorError, ExitCode
@@ -47,6 +49,7 @@ class WorkerSettings:
     nproc_per_node: int
     run_tmp: str  # the run's temporary directory: ranks write rank<r>/ here
     log_dir: str  # rank<r>.log and rank<r>.error.json
+    nnodes: int = 1  # > 1: this agent runs one node of a multi-node job
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(dataclasses.asdict(self), indent=2), encoding="utf-8")
@@ -61,6 +64,13 @@ class RankEnv:
     rank: int
     local_rank: int
     world_size: int
+
+
+def node_info(environ=os.environ) -> dict:
+    """The node this rank runs on: torchrun's GROUP_RANK (the node rank) and LOCAL_WORLD_SIZE."""
+    return {"node_rank": int(environ.get("GROUP_RANK", 0)),
+            "local_world_size": int(environ.get("LOCAL_WORLD_SIZE", environ.get("WORLD_SIZE", 1))),
+            "hostname": socket.gethostname()}
 
 
 def rank_env(environ=os.environ) -> RankEnv:
@@ -108,6 +118,8 @@ def profile_rank(settings: WorkerSettings, env: RankEnv) -> None:
         cap = capture(loaded, settings.mode, settings.warmup, settings.steps, Path(work))
         info = {"rank": env.rank, "local_rank": env.local_rank, "world_size": env.world_size,
                 "backend": backend, "wrapper": wrapper, "device": str(dev)}
+        if settings.nnodes > 1:  # every rank takes part, after its own profiled steps
+            info.update(node_info(), internode_allreduce=measure_group_allreduce(dev, settings.nnodes))
         write_rank_dir(Path(settings.run_tmp) / f"rank{env.rank}", loaded, _args(settings), cap, info)
 
 
@@ -115,7 +127,8 @@ def _args(settings: WorkerSettings) -> dict:
     """run.json "args", as `advisor profile` records them, plus the distributed options."""
     return {"device": settings.device, "mode": settings.mode, "dtype": settings.dtype,
             "warmup": settings.warmup, "steps": settings.steps, "seed": settings.seed,
-            "entry": settings.entry, "nproc_per_node": settings.nproc_per_node, "fsdp": settings.fsdp}
+            "entry": settings.entry, "nproc_per_node": settings.nproc_per_node, "fsdp": settings.fsdp,
+            "nnodes": settings.nnodes}
 
 
 def _record_failure(settings: WorkerSettings, env: RankEnv, exc: BaseException) -> int:

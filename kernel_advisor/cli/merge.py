@@ -1,0 +1,50 @@
+"""`advisor merge NODE_DIR…`: one run from the node directories of a multi-node job."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+
+from kernel_advisor.cli import console
+from kernel_advisor.cli.app import app, guarded
+from kernel_advisor.cli.options import check_top
+
+
+@app.command("merge")
+@guarded
+def merge_cmd(
+    node_dirs: Annotated[List[Path], typer.Argument(help="The directories `advisor profile --nnodes N` wrote, one per node.")],
+    out: Annotated[Optional[Path], typer.Option(help="Run directory to write (default .advisor/runs/NAME-merged-TIME).")] = None,
+    top: Annotated[int, typer.Option(help="Hotspots to show.")] = 15,
+    json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")] = False,
+) -> None:
+    """Merge a multi-node job's node directories: ranks, nodes, inter- against intra-node communication."""
+    check_top(top)
+    if out is not None:
+        from kernel_advisor.collect.rundir import check_writable_target
+
+        check_writable_target(out)
+    from kernel_advisor import api
+    from kernel_advisor.distributed.assemble import load_ranks_document
+    from kernel_advisor.records.node import NodesRecord
+    from kernel_advisor.render.dist_render import collective_table, distributed_json, distributed_line, rank_table
+    from kernel_advisor.render.multirank_render import link_table, node_table
+    from kernel_advisor.render.profile_render import hotspot_table, run_warnings, summary_line
+
+    run = api.merge_nodes(node_dirs, out=out)
+    doc = load_ranks_document(run.path)
+    nodes = NodesRecord.read(run.path).to_json()
+    if json_out:
+        console.out.print_json(distributed_json(run.meta, run.ops, run.path, top, {**doc, "nodes": nodes}))
+    else:
+        title = f"Top hotspots — rank 0 of {doc['world_size']} on {nodes['nnodes']} nodes"
+        console.out.print(hotspot_table(run.ops, top, title=title))
+        console.out.print(rank_table(doc))
+        console.out.print(node_table(nodes))
+        console.out.print(link_table(nodes))
+        console.out.print(collective_table(doc))
+        console.out.print(summary_line(run.meta, run.path))
+        console.out.print(distributed_line(run.meta["distributed"]))
+    for line in run_warnings(run.meta):
+        console.warn(line)
