@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
+from test_costs_helpers import record
 
 from kernel_advisor.analyze.costs import OpCost, modelled_op_names, op_cost
-from kernel_advisor.analyze.costs import ddp
-from test_costs_helpers import record
+from kernel_advisor.analyze.costs.copies import DDP_RECORD_FUNCTIONS
 
 DATA = Path(__file__).parent / "data"
 
@@ -48,7 +47,7 @@ def test_required_ops_are_modelled():
 
 def test_every_registered_name_is_a_real_aten_op():
     unknown = []
-    for name in modelled_op_names() - set(ddp.RECORD_FUNCTIONS):
+    for name in modelled_op_names() - set(DDP_RECORD_FUNCTIONS):
         namespace, op = name.split("::")
         try:
             getattr(getattr(torch.ops, namespace), op)

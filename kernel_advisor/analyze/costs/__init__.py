@@ -11,11 +11,9 @@ an op or an argument pattern they do not cover (unknown is not zero).
 """
 from __future__ import annotations
 
-from kernel_advisor.analyze.costs import (activations, attention, batchnorm,  # noqa: F401
-                                          conv, copies, ddp, distances, einsum, elementwise, fft,
-                                          indexing, losses, matmul, norms, optim, pooling,
-                                          rearrange, reductions, rnn, sampling, selection,
-                                          softmax, transformer, upsample, view_backward, views)
+from kernel_advisor.analyze.costs import (activations, attention, batchnorm, conv, copies,  # noqa: F401
+                                          distances, einsum, fft, indexing, losses, matmul, norms, optim,
+                                          pooling, rearrange, reductions, rnn, sampling, transformer, views)
 from kernel_advisor.analyze.costs.inductor import inductor_kernel_bytes
 from kernel_advisor.analyze.costs.registry import (OpCost, cost_arguments, modelled_op_names,
                                                    op_cost)

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from kernel_advisor.analyze.costs.call import OpCall
 from kernel_advisor.analyze.costs.common import io_cost, written
-from kernel_advisor.analyze.costs.errors import Unmodelled
 from kernel_advisor.analyze.costs.pointwise import FLOAT, PROMOTE, Pointwise, register_pointwise
 from kernel_advisor.analyze.costs.registry import OpCost, register
-from kernel_advisor.analyze.costs.shapes import numel, wrap_dim
+from kernel_advisor.analyze.costs.shapes import Unmodelled, numel, wrap_dim
 
 _FORWARD = (
     ("relu relu6 hardtanh threshold", 1.0, PROMOTE),

@@ -19,8 +19,8 @@ from torch.utils import flop_counter
 
 from kernel_advisor.analyze.costs.call import OpCall, Tensor
 from kernel_advisor.analyze.costs.common import io_cost, written
-from kernel_advisor.analyze.costs.errors import Unmodelled
 from kernel_advisor.analyze.costs.registry import OpCost, register
+from kernel_advisor.analyze.costs.shapes import Unmodelled
 
 TOP_LEFT, BOTTOM_RIGHT = "top_left", "bottom_right"
 

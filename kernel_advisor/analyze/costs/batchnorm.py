@@ -9,10 +9,10 @@ from __future__ import annotations
 from kernel_advisor.analyze.costs import dtypes as dt
 from kernel_advisor.analyze.costs.call import OpCall, Tensor
 from kernel_advisor.analyze.costs.common import io_cost, written
-from kernel_advisor.analyze.costs.errors import Unmodelled
-from kernel_advisor.analyze.costs.norms import (EVAL_FLOPS, EVAL_GRAD_INPUT_FLOPS,
-                                                GRAD_INPUT_FLOPS, STATS_FLOPS, norm_backward)
+from kernel_advisor.analyze.costs.norms import (EVAL_FLOPS, EVAL_GRAD_INPUT_FLOPS, GRAD_INPUT_FLOPS, STATS_FLOPS,
+                                                norm_backward)
 from kernel_advisor.analyze.costs.registry import OpCost, register
+from kernel_advisor.analyze.costs.shapes import Unmodelled
 
 
 def _channels(call: OpCall, x: Tensor) -> int:

@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from kernel_advisor.analyze.costs import dtypes as dt
-from kernel_advisor.analyze.costs.errors import Unmodelled
-from kernel_advisor.analyze.costs.shapes import Shape, numel
+from kernel_advisor.analyze.costs.shapes import Shape, Unmodelled, numel
 
 _MISSING = object()
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from kernel_advisor.analyze.costs.call import Tensor
-from kernel_advisor.analyze.costs.errors import Unmodelled
 from kernel_advisor.analyze.costs.registry import OpCost
-from kernel_advisor.analyze.costs.shapes import Shape
+from kernel_advisor.analyze.costs.shapes import Shape, Unmodelled
 
 ZERO_COST_DTYPE = "float32"  # compute dtype reported for ops that do no arithmetic at all
 

@@ -11,9 +11,8 @@ import math
 from kernel_advisor.analyze.costs import dtypes as dt
 from kernel_advisor.analyze.costs.call import OpCall, Tensor
 from kernel_advisor.analyze.costs.common import ZERO_COST_DTYPE, io_cost, written
-from kernel_advisor.analyze.costs.errors import Unmodelled
 from kernel_advisor.analyze.costs.registry import OpCost, register
-from kernel_advisor.analyze.costs.shapes import broadcast
+from kernel_advisor.analyze.costs.shapes import Unmodelled, broadcast
 
 
 def copy_cost(src: Tensor, out_shape: tuple, out_dtype: str) -> OpCost:
@@ -296,3 +295,31 @@ def scalar_tensor(call: OpCall) -> OpCost:
     # scalar_tensor(s, dtype, ...): one element written.
     dtype = call.dtype_code_at(1) or "float32"
     return io_cost(0, [], [written((), dtype)], dtype)
+
+
+# ------------------------------------------------------------
+# DistributedDataParallel's reducer: the gradient copies around each bucket's all-reduce.
+#
+# The reducer records them as record_functions with the parameter's gradient as the only input
+# (torch/csrc/distributed/c10d/reducer.cpp); their device time is the user's DDP overhead,
+# separate from the collective itself (which is costed on the interconnect roof, comms.csv).
+
+# NB: these are the reducer's names in torch 2.x; a renamed record_function is unmodelled.
+COPY_BUCKET_TO_GRAD = "torch.distributed.ddp.reducer::copy_bucket_to_grad"
+MUL_OUT = "torch::distributed::reducer::mul_out"
+DDP_RECORD_FUNCTIONS = (COPY_BUCKET_TO_GRAD, MUL_OUT)  # trace names, not operators in torch.ops
+
+
+@register(COPY_BUCKET_TO_GRAD)
+def copy_bucket_to_grad(call: OpCall) -> OpCost:
+    # grad.copy_(bucket_view) after the all-reduce: the bucket slice read, the gradient written.
+    grad = call.tensor(0)
+    return io_cost(0, [grad], [written(grad.shape, grad.dtype)], grad.dtype)
+
+
+@register(MUL_OUT)
+def mul_out(call: OpCall) -> OpCost:
+    # at::mul_out(bucket_view, grad, 1/world_size) before the all-reduce: one multiply per
+    # element, the gradient read, its bucket slice written.
+    grad = call.tensor(0)
+    return io_cost(grad.numel, [grad], [written(grad.shape, grad.dtype)], grad.dtype)

@@ -16,9 +16,8 @@ import math
 
 from kernel_advisor.analyze.costs.call import OpCall
 from kernel_advisor.analyze.costs.common import io_cost, written
-from kernel_advisor.analyze.costs.errors import Unmodelled
 from kernel_advisor.analyze.costs.registry import OpCost, register
-from kernel_advisor.analyze.costs.shapes import broadcast, reduced, wrap_dim
+from kernel_advisor.analyze.costs.shapes import Unmodelled, broadcast, reduced, wrap_dim
 
 COSINE_FLOPS_PER_PAIR = 6
 DISTANCE_FLOPS_PER_PAIR = 3

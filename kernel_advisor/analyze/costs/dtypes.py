@@ -11,7 +11,7 @@ import functools
 import torch
 
 from kernel_advisor import dtypes
-from kernel_advisor.analyze.costs.errors import Unmodelled
+from kernel_advisor.analyze.costs.shapes import Unmodelled
 
 SCALAR = "scalar"  # a Scalar argument (a Python number), never a tensor
 NONE = ""  # None or an argument torch.profiler does not record

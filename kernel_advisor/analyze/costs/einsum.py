@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from kernel_advisor.analyze.costs import dtypes as dt
 from kernel_advisor.analyze.costs.call import OpCall
 from kernel_advisor.analyze.costs.common import ZERO_COST_DTYPE, io_cost, written
-from kernel_advisor.analyze.costs.errors import Unmodelled
 from kernel_advisor.analyze.costs.registry import OpCost, register
+from kernel_advisor.analyze.costs.shapes import Unmodelled
 
 ELLIPSIS = "..."
 

@@ -11,9 +11,8 @@ import math
 from kernel_advisor.analyze.costs import dtypes as dt
 from kernel_advisor.analyze.costs.call import OpCall
 from kernel_advisor.analyze.costs.common import io_cost, written
-from kernel_advisor.analyze.costs.errors import Unmodelled
 from kernel_advisor.analyze.costs.registry import OpCost, register
-from kernel_advisor.analyze.costs.shapes import wrap_dim
+from kernel_advisor.analyze.costs.shapes import Unmodelled, wrap_dim
 
 COMPLEX_OF = {"float16": "complex32", "bfloat16": "complex64", "float32": "complex64", "float64": "complex128"}
 REAL_OF = {v: k for k, v in COMPLEX_OF.items() if k != "bfloat16"}

@@ -14,9 +14,8 @@ from torch.utils import flop_counter
 
 from kernel_advisor.analyze.costs.call import OpCall, Tensor
 from kernel_advisor.analyze.costs.common import io_cost, written
-from kernel_advisor.analyze.costs.errors import Unmodelled
 from kernel_advisor.analyze.costs.registry import OpCost, register
-from kernel_advisor.analyze.costs.shapes import broadcast
+from kernel_advisor.analyze.costs.shapes import Unmodelled, broadcast
 
 
 def _mm_flops(m: int, k: int, n: int) -> int:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from kernel_advisor.analyze.costs.call import OpCall, Tensor
 from kernel_advisor.analyze.costs.common import cost, read_bytes
-from kernel_advisor.analyze.costs.errors import Unmodelled
 from kernel_advisor.analyze.costs.registry import OpCost, register
+from kernel_advisor.analyze.costs.shapes import Unmodelled
 
 ADAM_FLOPS, SGD_FLOPS = 13, 2
 

@@ -11,9 +11,8 @@ import math
 
 from kernel_advisor.analyze.costs.call import OpCall, Tensor
 from kernel_advisor.analyze.costs.common import io_cost, written
-from kernel_advisor.analyze.costs.errors import Unmodelled
 from kernel_advisor.analyze.costs.registry import OpCost, register
-from kernel_advisor.analyze.costs.shapes import expand_param, pool_out_size
+from kernel_advisor.analyze.costs.shapes import Unmodelled, expand_param, pool_out_size
 
 
 def _spatial(call: OpCall) -> int:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from kernel_advisor.analyze.costs.call import OpCall, Tensor
 from kernel_advisor.analyze.costs.common import io_cost, written
 from kernel_advisor.analyze.costs.copies import copy_cost, repeated_cost
-from kernel_advisor.analyze.costs.errors import Unmodelled
 from kernel_advisor.analyze.costs.registry import OpCost, register
+from kernel_advisor.analyze.costs.shapes import Unmodelled
 
 
 @register("tile")

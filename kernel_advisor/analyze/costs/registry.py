@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from kernel_advisor.analyze.costs.call import OpCall
-from kernel_advisor.analyze.costs.errors import Unmodelled
+from kernel_advisor.analyze.costs.shapes import Unmodelled
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from kernel_advisor.analyze.costs import dtypes as dt
 from kernel_advisor.analyze.costs.call import OpCall, Tensor
 from kernel_advisor.analyze.costs.common import io_cost, written
-from kernel_advisor.analyze.costs.errors import Unmodelled
 from kernel_advisor.analyze.costs.registry import OpCost, register
+from kernel_advisor.analyze.costs.shapes import Unmodelled
 
 GATES = {"gru": 3, "lstm": 4, "rnn_tanh": 1, "rnn_relu": 1}
 GATE_FLOPS = {"gru": 10, "lstm": 13, "rnn_tanh": 2, "rnn_relu": 2}

@@ -15,8 +15,8 @@ import math
 
 from kernel_advisor.analyze.costs.call import OpCall, Tensor
 from kernel_advisor.analyze.costs.common import io_cost, written
-from kernel_advisor.analyze.costs.errors import Unmodelled
 from kernel_advisor.analyze.costs.registry import OpCost, register
+from kernel_advisor.analyze.costs.shapes import Unmodelled
 
 # interpolation_mode codes of grid_sampler: 0 bilinear, 1 nearest, 2 bicubic
 TAPS_2D = {0: 4, 1: 0, 2: 16}
@@ -100,3 +100,113 @@ def affine_grid_generator(call: OpCall) -> OpCost:
     points = math.prod((size[0], *size[2:]))
     out = written((size[0], *size[2:], spatial), theta.dtype)
     return io_cost(2 * spatial * (spatial + 1) * points, [theta], [out], theta.dtype)
+
+
+# ------------------------------------------------------------
+# Upsampling / interpolation: upsample_{nearest,linear,bilinear,bicubic,trilinear}{1,2,3}d,
+# _upsample_nearest_exact*, the antialiased _upsample_*_aa, their .vec overloads (the ones
+# F.interpolate calls) and backward ops.
+#
+# The output size is the recorded output_size, else floor(input size * scale factor) per
+# spatial dim, as ATen's compute_output_size does.
+# FLOPs per output element (per channel): a weighted sum over the interpolation taps,
+# taps multiplies and taps - 1 adds: nearest 0 (a copy), linear 3 (2 taps), bilinear 7 (4),
+# bicubic 31 (16), trilinear 15 (8). NB: the weight and index arithmetic is not counted.
+# Antialiased modes are separable: one 1-D pass per spatial dim with
+# ceil(support) * 2 + 1 taps, support = (interp_size / 2) * max(in / out, 1) - ATen's
+# _compute_indices_weights_aa; NB: each pass is counted over the whole output.
+# Backward ops scatter-add the same taps: the same FLOPs per grad_output element.
+# Bytes: the input read once and the output written once.
+
+# op -> (spatial dims, interpolation taps per output element). Their .vec overloads take
+# (input, output_size?, scale_factors?) for nearest modes and
+# (input, output_size?, align_corners, scale_factors?) for the others.
+_MODES = {
+    "upsample_nearest1d": (1, 1), "upsample_nearest2d": (2, 1), "upsample_nearest3d": (3, 1),
+    "_upsample_nearest_exact1d": (1, 1), "_upsample_nearest_exact2d": (2, 1),
+    "_upsample_nearest_exact3d": (3, 1),
+    "upsample_linear1d": (1, 2), "upsample_bilinear2d": (2, 4), "upsample_trilinear3d": (3, 8),
+    "upsample_bicubic2d": (2, 16),
+}
+_AA_INTERP_SIZE = {"_upsample_bilinear2d_aa": 2, "_upsample_bicubic2d_aa": 4}
+
+
+def interpolation_flops_per_output(taps: int) -> int:
+    """taps multiplies + (taps - 1) adds; nearest (1 tap) is a plain copy."""
+    return 0 if taps <= 1 else 2 * taps - 1
+
+
+def aa_flops_per_output(interp_size: int, in_sizes: tuple[int, ...],
+                        out_sizes: tuple[int, ...]) -> int:
+    """Antialiased interpolation: one separable pass per dim, 2 flops per tap."""
+    total = 0
+    for i, o in zip(in_sizes, out_sizes):
+        scale = i / o if o else 1.0
+        support = interp_size / 2 * scale if scale >= 1.0 else interp_size / 2
+        total += 2 * (math.ceil(support) * 2 + 1)
+    return total
+
+
+def output_spatial(in_spatial: tuple[int, ...], output_size: tuple[int, ...] | None,
+                   scale_factors: tuple[float, ...] | None) -> tuple[int, ...]:
+    """ATen's compute_output_size: output_size if given, else floor(size * scale)."""
+    if output_size is not None:
+        if len(output_size) != len(in_spatial):
+            raise Unmodelled(f"output_size {output_size} does not fit {in_spatial}")
+        return tuple(output_size)
+    if scale_factors is None or len(scale_factors) != len(in_spatial):
+        raise Unmodelled(f"no output size or scale factors for {in_spatial}")
+    if not all(math.isfinite(f) and f > 0 for f in scale_factors):
+        raise Unmodelled(f"scale factors {scale_factors} are not positive numbers")
+    return tuple(int(s * f) for s, f in zip(in_spatial, scale_factors))
+
+
+def _spec(name: str) -> tuple[int, int | None, bool]:
+    """(spatial dims, taps or None for antialiased, nearest-family)."""
+    base = name.removeprefix("aten::").removesuffix("_backward")
+    if base in _MODES:
+        dims, taps = _MODES[base]
+        return dims, taps, taps == 1
+    if base in _AA_INTERP_SIZE:
+        return 2, None, False
+    raise Unmodelled(f"{name}: not an upsample op")
+
+
+def _flops_per_output(name: str, in_spatial: tuple, out_spatial: tuple) -> int:
+    base = name.removeprefix("aten::").removesuffix("_backward")
+    if base in _AA_INTERP_SIZE:
+        return aa_flops_per_output(_AA_INTERP_SIZE[base], in_spatial, out_spatial)
+    return interpolation_flops_per_output(_MODES[base][1])
+
+
+@register(*_MODES, *_AA_INTERP_SIZE)
+def upsample(call: OpCall) -> OpCost:
+    # upsample_bilinear2d(self, output_size, align_corners, scales_h, scales_w) |
+    # upsample_bilinear2d.vec(input, output_size?, align_corners, scale_factors?);
+    # nearest modes have no align_corners. Either way output_size is argument 1.
+    dims, _, nearest = _spec(call.name)
+    x = call.tensor(0)
+    if len(x.shape) != dims + 2:
+        raise Unmodelled(f"{call.name}: expected {dims + 2}-D input, got {x.shape}")
+    in_spatial = x.shape[2:]
+    output_size = call.ints_at(1, None)
+    scales = None if output_size is not None else call.floats_at(2 if nearest else 3, None)
+    out_spatial = output_spatial(in_spatial, output_size, scales)
+    out = written(x.shape[:2] + out_spatial, x.dtype)
+    flops = _flops_per_output(call.name, in_spatial, out_spatial) * out.numel
+    return io_cost(flops, [x], [out], x.dtype)
+
+
+@register(*(f"{n}_backward" for n in (*_MODES, *_AA_INTERP_SIZE)))
+def upsample_backward(call: OpCall) -> OpCost:
+    # upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners, ...)
+    # | .vec(grad_output, output_size?, input_size, align_corners, scale_factors?):
+    # grad_input (input_size) receives the taps of every grad_output element.
+    dims, _, _ = _spec(call.name)
+    grad = call.tensor(0)
+    input_size = call.ints_at(2)
+    if len(grad.shape) != dims + 2 or len(input_size) != dims + 2:
+        raise Unmodelled(f"{call.name}: expected {dims + 2}-D tensors")
+    grad_in = written(tuple(input_size), grad.dtype)
+    flops = _flops_per_output(call.name, tuple(input_size[2:]), grad.shape[2:]) * grad.numel
+    return io_cost(flops, [grad], [grad_in], grad.dtype)

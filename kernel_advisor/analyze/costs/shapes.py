@@ -6,9 +6,12 @@ from typing import Sequence
 
 import torch
 
-from kernel_advisor.analyze.costs.errors import Unmodelled
-
 Shape = tuple[int, ...]
+
+
+class Unmodelled(Exception):
+    """The one internal signal of this package: these arguments are outside what a formula
+    models. Raised by formulas and argument readers; op_cost turns it into None (unknown, not zero)."""
 
 
 def numel(shape: Sequence[int]) -> int:

@@ -19,9 +19,9 @@ from torch.utils import flop_counter
 
 from kernel_advisor.analyze.costs.call import OpCall, Tensor
 from kernel_advisor.analyze.costs.common import io_cost, written
-from kernel_advisor.analyze.costs.errors import Unmodelled
 from kernel_advisor.analyze.costs.norms import STATS_FLOPS
 from kernel_advisor.analyze.costs.registry import OpCost, register
+from kernel_advisor.analyze.costs.shapes import Unmodelled
 
 GELU_FLOPS, RELU_FLOPS = 5, 1
 LAYER_NORM_FLOPS = STATS_FLOPS + 2  # with weight and bias
