@@ -14,17 +14,16 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from test_costs_helpers import DTYPE_NAMES, first, record, recorded, tensor_bytes
 from torch.profiler import ProfilerActivity, profile, record_function
 from torch.utils.flop_counter import FlopCounterMode
 
 from kernel_advisor.analyze.costs import cost_arguments, op_cost
 from kernel_advisor.analyze.costs.einsum import einsum_work
-from kernel_advisor.analyze.costs.rnn import GATE_FLOPS, GATES
-from kernel_advisor.analyze.costs.upsample import (aa_flops_per_output,
-                                                   interpolation_flops_per_output)
+from kernel_advisor.analyze.costs.rnn import GATES, GATE_FLOPS
+from kernel_advisor.analyze.costs.sampling import aa_flops_per_output, interpolation_flops_per_output
 from kernel_advisor.collect.attribute import PRICED_BY_CHILDREN, attribute
 from kernel_advisor.collect.trace import read_trace
-from test_costs_helpers import DTYPE_NAMES, first, record, recorded, tensor_bytes
 
 DATA = Path(__file__).parent / "data"
 

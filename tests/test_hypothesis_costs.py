@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.extra.numpy import mutually_broadcastable_shapes
 
 from kernel_advisor.analyze.costs import modelled_op_names, op_cost
-from kernel_advisor.analyze.costs.softmax import FORWARD_FLOPS_PER_ELEMENT
+from kernel_advisor.analyze.costs.norms import FORWARD_FLOPS_PER_ELEMENT
 
 ITEMSIZE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 FLOATS = st.sampled_from(sorted(ITEMSIZE_BYTES))
