@@ -1,4 +1,4 @@
-"""The bad-input battery (issue 8): every bad input gets one clear line and a documented code.
+"""The bad-input battery: every bad input gets one clear line and a documented code.
 
 Each case runs through the real CLI in-process (typer's CliRunner: the console script's
 code path, stderr kept apart) with a complete earlier run as `latest`, and must end with:

@@ -1,6 +1,6 @@
 """The side-by-side kernel benchmark kept as data (benchmarks/bench_kernels_csv.py) and its
 renderer (benchmarks/render_kernels.py), without a GPU: the declared sweep's bounds, the
-upsert, the done-when share on a hand-made CSV, and the correctness check on the CPU under
+upsert, the target share (render_kernels.done_when) on a hand-made CSV, and the correctness check on the CPU under
 TRITON_INTERPRET=1 (tests/conftest.py sets it). Nothing is written outside tmp_path."""
 import math
 

@@ -1,4 +1,4 @@
-"""Every shape the aten row ops accept (issue 'Bundled kernels that never lose', item 2):
+"""Every shape the aten row ops accept:
 multi-dim normalized_shape, non-contiguous inputs, rows past one program's registers (wide),
 few long rows split over programs; forward and backward against float64 eager.
 

@@ -138,7 +138,7 @@ def test_routed_calls_run_eager_and_say_so(examples_dir, advisor_home, monkeypat
 
 @pytest.mark.routes
 def test_a_host_bound_model_is_never_made_slower_silently(advisor_home):
-    """The issue's done-when on the shipped routes: profiled first, so try-kernel knows the step
+    """The shipped routes' promise: profiled first, so try-kernel knows the step
     is host-bound (a small ViT: the device busy ~20 % of it), every bundled kernel either keeps the
     model as fast or names the calls it left to eager."""
     model = Path(__file__).resolve().parents[1] / "benchmarks" / "advice" / "models" / "vit_tiny.py"

@@ -1,5 +1,5 @@
 """The registry's shape classes (KernelSpec.loses / refuses) and how try-kernel routes and reports
-them (issue 'Bundled kernels that never lose', item 2): a call in a class the kernel is measured
+them: a call in a class the kernel is measured
 to lose goes to eager, counted and named in the variant's eager_routes."""
 import json
 import os

@@ -41,7 +41,7 @@ def _point(rows: int, cols: int, dtype: str) -> ShapeClass:
 
 
 # log_softmax: where the GPU time too is above eager's (the host-bound losses of that sweep
-# predate the host-cost work of item 1 and are not listed).
+# are not listed: the host cost of a launch changed after that sweep).
 _LOG_SOFTMAX_LOSES = (
     Loss(_point(1024, 127, "float32"), "5.9 us against eager's 5.3, GPU time 2.0 against 1.7 us",
          _SWEEP, path="in-register block, several rows per program"),
