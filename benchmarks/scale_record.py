@@ -1,0 +1,50 @@
+"""benchmarks/data/distributed_scale.json: rows measured past one process group's view.
+
+One long list of rows, each keyed by (kind, key): `import_ranks` (benchmarks/bench_import_ranks.py:
+`advisor import DIR/` on N replicated ranks, wall time and peak memory) and `multinode`
+(benchmarks/bench_multinode.py: two node agents on one host, merged). A new row replaces the
+row with the same key; every row carries its date, commit, versions and machine.
+Read by benchmarks/render_distributed_scale.py. Pure data: no torch, no kernel_advisor.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "distributed_scale.json"
+
+
+def clean(value: Any) -> Any:
+    """NaN/inf → None, recursively: the file stays strict JSON."""
+    if isinstance(value, dict):
+        return {k: clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def read_rows(path: Path = DEFAULT_PATH) -> list[dict]:
+    if not Path(path).is_file():
+        return []
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"{path} has schema_version {doc.get('schema_version')!r}; this code reads {SCHEMA_VERSION}")
+    return list(doc["rows"])
+
+
+def upsert_rows(path: Path, new: list[dict]) -> list[dict]:
+    """Rows of `path` with `new` replacing those of the same (kind, key); written atomically."""
+    keys = {(r["kind"], r["key"]) for r in new}
+    rows = [r for r in read_rows(path) if (r["kind"], r["key"]) not in keys] + list(new)
+    rows.sort(key=lambda r: (r["kind"], r["key"]))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(clean({"schema_version": SCHEMA_VERSION, "rows": rows}), indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return rows
