@@ -331,15 +331,20 @@ TORCH_NVCC_DEFINES = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSI
 # bias_act 2 widths x 4 activations; backward: softmax/log_softmax and the norms' dx 2 widths x
 # (warp, block), the parameter partials 2 widths, their sum 1; pointwise 2 widths x (4
 # activation forwards and 4 backwards + swiglu forward and backward + add); cross_entropy one row op, the
-# loss reduction 1, the backward 2 widths.
+# loss reduction 1, the backward 2 widths; the fused norm backward per (width, vectors a
+# thread K, bias or not): K in 1, 2, 4, 8 for scalar and fp32 vector rows, K in 1, 2, 4 for
+# 16-bit vector rows (32 columns a thread at most) and fp64 vector rows (8).
 ROW_ENTRIES = 4 * (2 * (2 + 3) + 1) + 3 * 2
+FUSED_NORM_ENTRIES = 2 * (4 + 4) + 3 * 2 * (4 + 3)
 EXPECTED_ENTRIES = {"softmax.cu": 2 * ROW_ENTRIES, "norms.cu": 2 * ROW_ENTRIES,
                     "bias_act.cu": 4 * 2 * 4,
                     "backward.cu": 4 * (2 * 2 * 2 + 2 * 2 + 2 + 1),
+                    "norm_backward.cu": FUSED_NORM_ENTRIES,
                     "pointwise.cu": 4 * 2 * (4 + 4 + 2 + 1),
                     "cross_entropy.cu": ROW_ENTRIES + 4 * (1 + 2)}
 # What each file's PTX must show beyond the entries (16-byte accesses are asked of all).
-ROW_FILES = ("softmax.cu", "norms.cu", "backward.cu", "cross_entropy.cu")  # shuffles, barriers
+ROW_FILES = ("softmax.cu", "norms.cu", "backward.cu", "norm_backward.cu",
+             "cross_entropy.cu")  # shuffles, barriers
 PIPELINED_FILES = ("softmax.cu", "norms.cu", "cross_entropy.cu")  # cp.async row pipeline
 ACT_FORWARD_FILES = ("bias_act.cu", "pointwise.cu")  # the activations' 16-bit fast forward
 

@@ -45,6 +45,39 @@ void norm_param_grads(const at::Tensor& x, const at::Tensor& dy, const at::Tenso
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// The fused backward (norm_backward.cu) where it takes the rows: dx, dweight and dbias from
+// one read of x and dy; false (nothing launched) where the rows are too long for it.
+template <typename scalar_t>
+bool fused_norm_backward(const at::Tensor& x, const at::Tensor& dy, const at::Tensor& w,
+                         const at::Tensor& mean, const at::Tensor& rstd, const at::Tensor& addend,
+                         at::Tensor& dx, at::Tensor* dweight, at::Tensor* dbias, int64_t rows,
+                         int64_t cols) {
+  using acc = ka::acc_t<typename DeviceElem<scalar_t>::type>;
+  const int64_t blocks = ka::norm_backward_fused_blocks(
+      device_ptr<scalar_t>(x), device_ptr<scalar_t>(dy), device_ptr<scalar_t>(w),
+      device_ptr<scalar_t>(addend), device_ptr<scalar_t>(dx), rows, cols, dbias != nullptr);
+  if (blocks == 0) return false;
+  const int64_t n_grads = (dweight != nullptr) + (dbias != nullptr);
+  at::Tensor partials;  // dweight's partial rows, then dbias's; none with a single block
+  acc* dw_partial = nullptr;
+  acc* db_partial = nullptr;
+  if (blocks > 1 && n_grads > 0) {
+    partials = at::empty({n_grads, blocks, cols}, rstd.options());
+    acc* base = stat_ptr<scalar_t>(partials);
+    if (dweight != nullptr) dw_partial = base;
+    if (dbias != nullptr) db_partial = base + (n_grads - 1) * blocks * cols;
+  }
+  ka::launch_norm_backward_fused(
+      device_ptr<scalar_t>(x), device_ptr<scalar_t>(dy), device_ptr<scalar_t>(w),
+      mean.defined() ? stat_ptr<scalar_t>(mean) : nullptr, stat_ptr<scalar_t>(rstd),
+      device_ptr<scalar_t>(addend), device_ptr<scalar_t>(dx), dw_partial, db_partial,
+      dweight != nullptr ? device_ptr<scalar_t>(*dweight) : nullptr,
+      dbias != nullptr ? device_ptr<scalar_t>(*dbias) : nullptr, rows, cols, blocks,
+      at::cuda::getCurrentCUDAStream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
+}
+
 // dx, dweight, dbias of rms_norm (mean undefined) or layer_norm.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
     const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& rstd,
@@ -70,6 +103,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> norm_backward(
   const int64_t rows = row_count(x, cols);
   const at::Tensor w = weight.has_value() ? *weight : at::Tensor();
   KA_DISPATCH(x, "ka_norm_backward", [&] {
+    if (fused_norm_backward<scalar_t>(x, dy, w, mean, rstd, addend, dx,
+                                      weight_grad ? &dweight : nullptr,
+                                      bias_grad ? &dbias : nullptr, rows, cols)) {
+      return;
+    }
     ka::launch_norm_backward_dx(device_ptr<scalar_t>(x), device_ptr<scalar_t>(dy),
                                 device_ptr<scalar_t>(w),
                                 mean.defined() ? stat_ptr<scalar_t>(mean) : nullptr,

@@ -81,18 +81,6 @@ struct NormBackwardRow {
            ka::aligned16(addend) && ka::aligned16(dx);
   }
 
-  template <int VEC>
-  __device__ void load_weight(int i, acc_t<T> (&w)[VEC]) const {
-    if (weight == nullptr) {
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) w[j] = static_cast<acc_t<T>>(1);
-      return;
-    }
-    const Vec<T, VEC> v = reinterpret_cast<const Vec<T, VEC>*>(weight)[i];
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) w[j] = to_acc(v.v[j]);
-  }
-
   template <int VEC, typename G>
   __device__ void run(const G& g, int n_vec, acc_t<T>* scratch) const {
     using A = acc_t<T>;
@@ -108,7 +96,7 @@ struct NormBackwardRow {
     constexpr int kDepth = unroll_depth(sizeof(T));
     g.template for_each_vec2<kDepth>(dyv, xv, n_vec, [&](int i, const V& d, const V& xx) {
       A w[VEC];
-      load_weight<VEC>(i, w);
+      load_param_vec<T, VEC>(weight, i, w);
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
         const A gj = to_acc(d.v[j]) * w[j];
@@ -122,7 +110,7 @@ struct NormBackwardRow {
     const V* addv = addend == nullptr ? nullptr : reinterpret_cast<const V*>(addend) + offset;
     g.template for_each_vec2<kDepth>(dyv, xv, n_vec, [&](int i, const V& d, const V& xx) {
       A w[VEC];
-      load_weight<VEC>(i, w);
+      load_param_vec<T, VEC>(weight, i, w);
       V add;
       if (addv != nullptr) add = addv[i];
       V out;
@@ -311,6 +299,15 @@ int64_t norm_param_chunks(int64_t rows, int64_t cols) {
 }
 
 template <typename T>
+void launch_sum_partials(const acc_t<T>* first_partial, T* first, const acc_t<T>* second_partial,
+                         T* second, int64_t chunks, int64_t cols, cudaStream_t stream) {
+  const dim3 sum_grid(static_cast<unsigned>((cols + kSumCols - 1) / kSumCols),
+                      second != nullptr ? 2 : 1);
+  sum_partials_kernel<T><<<sum_grid, dim3(kSumCols, kSumLanes), 0, stream>>>(
+      first_partial, first, second_partial, second, chunks, cols);
+}
+
+template <typename T>
 void launch_softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t cols,
                              bool log, cudaStream_t stream) {
   if (log) {
@@ -351,7 +348,9 @@ void launch_norm_backward_params(const T* x, const T* dy, const acc_t<T>* mean,
                                            cudaStream_t);                                     \
   template void launch_norm_backward_params<T>(const T*, const T*, const acc_t<T>*,           \
                                                const acc_t<T>*, acc_t<T>*, acc_t<T>*, T*, T*, \
-                                               int64_t, int64_t, cudaStream_t);
+                                               int64_t, int64_t, cudaStream_t);                 \
+  template void launch_sum_partials<T>(const acc_t<T>*, T*, const acc_t<T>*, T*, int64_t,     \
+                                       int64_t, cudaStream_t);
 
 KA_INSTANTIATE_BACKWARD(float)
 KA_INSTANTIATE_BACKWARD(double)

@@ -25,7 +25,7 @@ from reference_kernels.errors import KernelUnavailableError
 
 SOURCE_DIR = Path(__file__).resolve().parent
 CUDA_SOURCES: tuple[str, ...] = ("softmax.cu", "norms.cu", "bias_act.cu", "backward.cu",
-                                  "pointwise.cu", "cross_entropy.cu")
+                                  "norm_backward.cu", "pointwise.cu", "cross_entropy.cu")
 CPP_SOURCES: tuple[str, ...] = ("forward.cpp", "backward.cpp", "cross_entropy.cpp",
                                 "library.cpp", "autograd.cpp", "fast.cpp", "binding.cpp")
 HEADERS: tuple[str, ...] = ("launchers.h", "device_math.h", "rowwise.h", "activations.h",

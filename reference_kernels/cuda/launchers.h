@@ -101,6 +101,28 @@ void launch_norm_backward_params(const T* x, const T* dy, const acc_t<T>* mean,
                                  acc_t<T>* dbias_partial, T* dweight, T* dbias, int64_t rows,
                                  int64_t cols, cudaStream_t stream);
 
+// out[c] = sum over k < chunks of partial[k, c] (float) rounded to T, for `first` and, when
+// `second` is not null, `second` too: one launch.
+template <typename T>
+void launch_sum_partials(const acc_t<T>* first_partial, T* first, const acc_t<T>* second_partial,
+                         T* second, int64_t chunks, int64_t cols, cudaStream_t stream);
+
+// The fused norm backward (norm_backward.cu): dx (as launch_norm_backward_dx) and the weight
+// and bias gradients from one read of x and dy. norm_backward_fused_blocks gives its grid for
+// this call (the partial rows to allocate: [blocks, cols] floats per gradient), 0 when it does
+// not take rows this long; `bias` says whether dbias is asked for. dweight and dbias may be
+// null (not asked for); with one block the partials are unused. Two launches (the kernel, then
+// launch_sum_partials), one with a single block.
+template <typename T>
+int64_t norm_backward_fused_blocks(const T* x, const T* dy, const T* weight, const T* addend,
+                                   const T* dx, int64_t rows, int64_t cols, bool bias);
+template <typename T>
+void launch_norm_backward_fused(const T* x, const T* dy, const T* weight, const acc_t<T>* mean,
+                                const acc_t<T>* rstd, const T* addend, T* dx,
+                                acc_t<T>* dweight_partial, acc_t<T>* dbias_partial, T* dweight,
+                                T* dbias, int64_t rows, int64_t cols, int64_t blocks,
+                                cudaStream_t stream);
+
 // dx = dy * act'(x) over n elements.
 template <typename T>
 void launch_act_backward(const T* x, const T* dy, T* dx, int64_t n, Activation act,

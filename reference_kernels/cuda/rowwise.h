@@ -43,6 +43,19 @@ constexpr int64_t kMaxCacheBytes = 44 * 1024;
 #define KA_REGISTER_ROWS 1
 #endif
 
+// Vector i of a per-column parameter (a norm's weight) as VEC accumulators; 1 where it is null.
+template <typename T, int VEC>
+__device__ __forceinline__ void load_param_vec(const T* param, int i, acc_t<T> (&out)[VEC]) {
+  if (param == nullptr) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) out[j] = static_cast<acc_t<T>>(1);
+    return;
+  }
+  const Vec<T, VEC> v = reinterpret_cast<const Vec<T, VEC>*>(param)[i];
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) out[j] = to_acc(v.v[j]);
+}
+
 // One row as vectors: x (global), y (global) and the shared-memory cache (null if off).
 template <typename T, int VEC>
 struct RowView {

@@ -82,11 +82,21 @@ def split_for(n_rows: int, n_cols: int, device: torch.device) -> SplitConfig:
 
 
 def few_rows(n_rows: int, device: torch.device) -> bool:
-    """Fewer rows than SMs: one program per row would leave SMs idle (the issue's 16 x 4M
-    softmax ran at 0.046 of copy bandwidth on an H200). Never on the interpreter, unless forced."""
+    """Fewer long rows than the target programs (4 per SM): one program per row would leave
+    the device short of loads in flight (16 x 4M softmax ran at 0.046 of copy bandwidth on an
+    H200 with one program a row). Never on the interpreter, unless forced."""
     if FORCE is not None:
         return True
-    return device.type == "cuda" and n_rows < sm_count(device)
+    return device.type == "cuda" and splits_rows(n_rows, sm_count(device))
+
+
+def splits_rows(n_rows: int, sms: int) -> bool:
+    """Whether n_rows long rows are split on a device of `sms` SMs: fewer rows than
+    PROGRAMS_PER_SM programs per SM (528 on an H200, so vocabulary-sized 512 x 50257 and
+    256 x 151936 split, 2 segments a row and 3). NB: one program a row measured 0.31 of copy
+    bandwidth at 512 x 50257 bf16 forward against eager's 0.42 (bench_kernels_csv.py, H200);
+    the split at these row counts is measured by benchmarks/bench_row_roofs.py, not yet run."""
+    return n_rows < PROGRAMS_PER_SM * sms
 
 
 def stats_grid(n_rows: int, config: SplitConfig) -> tuple[int]:

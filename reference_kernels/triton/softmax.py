@@ -2,8 +2,8 @@
 
 Rows up to SINGLE_BLOCK_COLS stay in registers (several short rows per program); longer rows
 take two passes with an online max/sum (Milakov & Gimelshein, 2018), the second pass mostly
-served from L2. Fewer long rows than SMs are split over several programs each (rowsplit.py):
-per-segment max/sum partials, then a merge in every program that writes a block.
+served from L2. Fewer long rows than 4 programs per SM are split over several programs each
+(rowsplit.py): per-segment max/sum partials, then a merge in every program that writes a block.
 """
 from __future__ import annotations
 
