@@ -85,6 +85,9 @@ def versions() -> dict:
 
 
 def commit() -> str:
+    """ADVISOR_COMMIT when set (a run from an exported tree), else the checkout's HEAD."""
+    if os.environ.get("ADVISOR_COMMIT"):
+        return os.environ["ADVISOR_COMMIT"]
     done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     return done.stdout.strip() or "unknown"
 

@@ -125,13 +125,15 @@ def padding_text(src: Source, target_bytes: int, base_bytes: int) -> str:
 
 
 def step_windows_us(events: list[str]) -> list[tuple[float, float]]:
-    windows = []
+    """The profiled steps as the reader takes them: advisor::step#N ranges, else ProfilerStep#N."""
+    windows: dict[str, list] = {"advisor::step": [], "ProfilerStep": []}
     for event in events:
         name = _NAME.search(event)
-        if name and _STEP.match(name.group(1)) and '"ph": "X"' in event:
+        match = _STEP.match(name.group(1)) if name else None
+        if match and '"ph": "X"' in event:
             ts = float(_TS.search(event).group(2))
-            windows.append((ts, ts + float(_DUR.search(event).group(2))))
-    return sorted(windows)
+            windows[match.group(1)].append((ts, ts + float(_DUR.search(event).group(2))))
+    return sorted(windows["advisor::step"] or windows["ProfilerStep"])
 
 
 def headroom_us(ts: float, windows: list[tuple[float, float]]) -> float:

@@ -48,3 +48,20 @@ def upsert_rows(path: Path, new: list[dict]) -> list[dict]:
     tmp.write_text(json.dumps(clean({"schema_version": SCHEMA_VERSION, "rows": rows}), indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
     return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`--merge FILE`: fold the rows a GPU pass wrote into benchmarks/data/distributed_scale.json."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--merge", type=Path, required=True)
+    ap.add_argument("--data", type=Path, default=DEFAULT_PATH)
+    ns = ap.parse_args(argv)
+    rows = upsert_rows(ns.data, read_rows(ns.merge))
+    print(f"{ns.data}: {len(rows)} rows")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
