@@ -19,6 +19,11 @@
 #   `recommend --measure` of the DDP and FSDP runs with their data-parallel actions; OUTDIR/distributed/.
 #   Here: python3 benchmarks/distributed_record.py OUTDIR/distributed/distributed.json \
 #         && python3 benchmarks/render_distributed.py
+# multinode: two `advisor profile --nnodes 2` agents on one host, one GPU each, merged (benchmarks/bench_multinode.py,
+#   OUTDIR/multinode/), and tests/test_multinode.py's GPU test. import_ranks: a 2-rank DDP profile of
+#   examples/ddp_mlp.py replicated to 64 ranks of 50 MB (in $TMPDIR) and imported (bench_import_ranks.py).
+#   Rows go to OUTDIR/distributed_scale.json; here: python3 benchmarks/scale_record.py --merge \
+#   OUTDIR/distributed_scale.json && python3 benchmarks/render_distributed_scale.py
 set -uo pipefail
 out=${1:-gpu-pass}
 mkdir -p "$out"
@@ -86,6 +91,20 @@ for step in "${@:2}"; do
         distributed_runs) run distributed_runs python3 benchmarks/bench_distributed.py "$out/distributed" \
                               --nproc "${DIST_NPROC:-$ADVISOR_TEST_GPUS}" --budget-s 470 ;;
         kernels_csv_quick) kernels_csv _quick ;;
+        multinode) run multinode python3 benchmarks/bench_multinode.py "$out/multinode" --device cuda \
+                       --data "$out/distributed_scale.json"
+                   run multinode_tests python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_multinode.py ;;
+        import_ranks) run import_ranks_profile python3 -m kernel_advisor profile examples/ddp_mlp.py --mode train \
+                          --nproc-per-node 2 --out "$out/import_ranks_src"
+                      run import_ranks python3 benchmarks/bench_import_ranks.py "$out/import_ranks_src" \
+                          --work "${TMPDIR:-/tmp}/rank-traces" --data "$out/distributed_scale.json" ;;
+        kernels_fit) kernels_draw kernels_fit "${KERNELS_FIT_DRAW:-fit-1}" "${KERNELS_FIT_BUDGET_S:-240}" \
+                         ${KERNELS_FIT_PROVIDERS:-ours_triton ours_cuda eager liger} ;;
+        kernels_heldout) kernels_draw kernels_heldout "${KERNELS_HELDOUT_DRAW:-heldout-1}" \
+                             "${KERNELS_HELDOUT_BUDGET_S:-450}" ours_triton ours_cuda eager compile liger ;;
+        train_try_kernel) run train_try_kernel python3 benchmarks/bench_train_try_kernel.py \
+                              --out "$out/train_try_kernel" --reps "${TRAIN_TRY_REPS:-30}" \
+                              ${TRAIN_TRY_KERNELS:+--kernels $TRAIN_TRY_KERNELS} ;;
         *) echo "unknown step $step" ;;
     esac
 done
