@@ -83,6 +83,7 @@ REPO = HERE.parent
 DEFAULT_CSV = REPO / "benchmarks" / "data" / "kernels.csv"
 sys.path.insert(0, str(HERE))
 from docdata import upsert_rows, write_csv_atomic  # noqa: E402
+import shape_draws  # noqa: E402
 
 # ---------------------------------------------------------------- the declared sweep
 
@@ -336,6 +337,7 @@ class Cell:
     dtype: str
     pass_: str
     shape_class: str
+    draw: str = shape_draws.GRID  # the declared grid, or a draw of real models' shapes (--draw)
 
 
 def expand_ops(names: Iterable[str] | None) -> tuple[str, ...]:
@@ -351,8 +353,11 @@ def expand_ops(names: Iterable[str] | None) -> tuple[str, ...]:
 
 def cells(ops: Iterable[str] | None = None, classes: Iterable[str] | None = None,
           dtypes: Iterable[str] | None = None, passes: Iterable[str] | None = None,
-          quick: bool = False) -> list[Cell]:
-    """The declared sweep (optionally filtered), in unit order: op, pass, dtype, then shapes."""
+          quick: bool = False, draw: str | None = None, per_family: int | None = None) -> list[Cell]:
+    """The declared sweep (optionally filtered), in unit order: op, pass, dtype, then shapes;
+    with `draw`, that draw of benchmarks/shape_draws.py instead of the grid."""
+    if draw:
+        return draw_cells(draw, per_family, ops, dtypes, passes)
     reg = registry_ops()
     ops = expand_ops(ops) if ops else (QUICK_OPS if quick else bench_ops())
     unknown = [op for op in ops if op not in OPS or op not in reg]
@@ -374,6 +379,23 @@ def cells(ops: Iterable[str] | None = None, classes: Iterable[str] | None = None
     return out
 
 
+def draw_cells(draw: str, per_family: int | None, ops: Iterable[str] | None,
+               dtypes: Iterable[str] | None, passes: Iterable[str] | None) -> list[Cell]:
+    """One draw's shapes, each in every pass of its op and every dtype, in unit order."""
+    reg = registry_ops()
+    wanted = set(expand_ops(ops)) if ops else None
+    shapes = shape_draws.draw_shapes(draw, MAX_ELEMENTS, per_family)
+    out = []
+    for op in (op for op in OPS if op in reg and (wanted is None or op in wanted)):
+        mine = [s for s in shapes if s.op == op]
+        for pass_ in passes_of(op, reg):
+            for dtype in dtypes or DTYPES:
+                if not passes or pass_ in passes:
+                    out += [Cell(op, s.rows, s.cols, dtype, pass_, shape_class(s.rows, s.cols), draw)
+                            for s in mine]
+    return out
+
+
 # Guesses for --plan (the run prints its real wall time per unit): per timed candidate, do_bench
 # runs ~warmup + rep of GPU time plus its estimate, the check and host timing add ~60 ms; each
 # (op, pass, dtype) compiles ~3 times (static, dynamic, rows = 1), fwd+bwd graphs cost more.
@@ -383,9 +405,10 @@ COMPILE_S = {"fwd": 2.5, "fwd+bwd": 6.0}
 STARTUP_S = 30.0  # imports, copy bandwidth, CUDA extension load (built once per machine)
 
 
-def estimate(cell_list: list[Cell], quick: bool = False, liger: bool = True) -> dict:
+def estimate(cell_list: list[Cell], quick: bool = False, liger: bool = True,
+             timing_ms: tuple[float, float] | None = None) -> dict:
     reg = registry_ops()
-    warmup, rep = (QUICK_WARMUP_MS, QUICK_REP_MS) if quick else (WARMUP_MS, REP_MS)
+    warmup, rep = timing_ms or ((QUICK_WARMUP_MS, QUICK_REP_MS) if quick else (WARMUP_MS, REP_MS))
     timings = sum(len(providers_of(c.op, c.pass_, reg, liger)) for c in cell_list)
     units = {(c.op, c.pass_, c.dtype) for c in cell_list}
     timing_s = timings * (1.3 * (warmup + rep) / 1e3 + CHECK_S)
@@ -615,7 +638,8 @@ def measure_cell(cell: Cell, fns: dict[str, Callable | str], timing: Timing, dev
     rows, calls = {}, {}
     for provider, fn in fns.items():
         row = {"op": cell.op, "rows": cell.rows, "cols": cell.cols, "dtype": cell.dtype,
-               "pass": cell.pass_, "provider": provider, "shape_class": cell.shape_class,
+               "pass": cell.pass_, "provider": provider, "draw": cell.draw,
+               "shape_class": cell.shape_class,
                "min_bytes": nbytes, "ms": math.nan, "frac_of_copy_bw": math.nan,
                "host_us_per_call": math.nan}
         if isinstance(fn, str):
@@ -660,10 +684,12 @@ def timed_rounds(calls: dict[str, Callable], timing: Timing, device: str
 
 # ---------------------------------------------------------------- the CSV
 
-KEY = ["op", "rows", "cols", "dtype", "pass", "provider", "gpu"]
+# draw: `grid` (the declared sweep) or a draw id of benchmarks/shape_draws.py; routes: for a
+# held-out draw, the sha256 (12 hex) of the routes.csv frozen when it was measured.
+KEY = ["op", "rows", "cols", "dtype", "pass", "provider", "gpu", "draw"]
 VALUES = ["shape_class", "status", "reason", "ms", "frac_of_copy_bw", "host_us_per_call",
           "min_bytes", "copy_gbps", "warmup_ms", "rep_ms", "commit", "date", "torch", "triton",
-          "liger"]
+          "liger", "routes"]
 COLUMNS = KEY + VALUES
 NUMERIC = ["rows", "cols", "ms", "frac_of_copy_bw", "host_us_per_call", "min_bytes",
            "copy_gbps", "warmup_ms", "rep_ms"]
@@ -675,15 +701,17 @@ def read_csv(path: Path) -> pd.DataFrame:
         return pd.DataFrame(columns=COLUMNS)
     df = pd.read_csv(path, dtype={c: str for c in TEXT}, keep_default_na=False,
                      na_values={c: [""] for c in NUMERIC})
+    df = df.reindex(columns=COLUMNS)
     df[TEXT] = df[TEXT].fillna("")
-    return df.reindex(columns=COLUMNS)
+    return df.assign(draw=df["draw"].replace("", shape_draws.GRID))  # written before draws: grid
 
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
     df = df.reindex(columns=COLUMNS)
     df = df.assign(**{c: pd.to_numeric(df[c], errors="coerce") for c in NUMERIC})
     df[["rows", "cols"]] = df[["rows", "cols"]].astype("int64")
-    return df.assign(**{c: df[c].astype(object).fillna("").astype(str) for c in TEXT})
+    df = df.assign(**{c: df[c].astype(object).fillna("").astype(str) for c in TEXT})
+    return df.assign(draw=df["draw"].replace("", shape_draws.GRID))
 
 
 def upsert(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
@@ -696,7 +724,7 @@ def sort_rows(df: pd.DataFrame) -> pd.DataFrame:
     order = {p: i for i, p in enumerate(PROVIDERS)}
     df = df.assign(_p=df["provider"].map(order).fillna(len(order)),
                    _c=df["shape_class"].map({c: i for i, c in enumerate(CLASS_NAMES)}).fillna(9))
-    df = df.sort_values(["gpu", "op", "pass", "dtype", "_c", "rows", "cols", "_p"])
+    df = df.sort_values(["gpu", "draw", "op", "pass", "dtype", "_c", "rows", "cols", "_p"])
     return df.drop(columns=["_p", "_c"]).reset_index(drop=True)
 
 
@@ -783,7 +811,7 @@ def run(cell_list: list[Cell], csv: Path, device: str, timing: Timing, liger_ver
         stamp = stamps(device, liger_version)
         new = pd.DataFrame(rows).assign(
             **stamp, copy_gbps=timing.copy_bytes_per_s / 1e9, warmup_ms=timing.warmup_ms,
-            rep_ms=timing.rep_ms)
+            rep_ms=timing.rep_ms, routes=shape_draws.routes_stamp(unit_cells[0].draw))
         upsert_file(csv, new)
         bad = [f"{r['provider']}@{r['rows']}x{r['cols']}: {r['status']}" for r in rows
                if r["status"] != "ok"]
@@ -821,6 +849,8 @@ def compile_command(args: list[str], budget_s: float) -> list[str]:
 def rerun_command(left: list[tuple], args) -> str:
     ops = sorted({op for op, _, _ in left})
     parts = ["python", "benchmarks/bench_kernels_csv.py", "--ops", *ops]
+    if args.draw:
+        parts += ["--draw", args.draw] + (["--per-family", str(args.per_family)] if args.per_family else [])
     if args.quick:
         parts.append("--quick")
     if args.shape_classes:
@@ -832,8 +862,8 @@ def rerun_command(left: list[tuple], args) -> str:
     return shlex.join(parts)
 
 
-def plan_text(cell_list: list[Cell], quick: bool) -> str:
-    est = estimate(cell_list, quick, liger=True)  # as if Liger is there: the upper bound
+def plan_text(cell_list: list[Cell], quick: bool, timing_ms: tuple[float, float] | None = None) -> str:
+    est = estimate(cell_list, quick, liger=True, timing_ms=timing_ms)  # with Liger: the upper bound
     lines = [f"{est['cells']} cells (op x shape x dtype x pass), {est['units']} units "
              f"(op, pass, dtype), {est['timings']} timed candidates (with Liger)",
              f"estimate: ~{est['total_s']:.0f} s = {STARTUP_S:.0f} s start + "
@@ -861,6 +891,12 @@ def main(argv: list[str] | None = None) -> int:
                          f"default {DEFAULT_BUDGET_S:.0f}, inside the device's 10 min a call)")
     ap.add_argument("--providers", nargs="+", choices=PROVIDERS, default=list(PROVIDERS),
                     help="measure only these (default all; compile then runs in a process of its own)")
+    ap.add_argument("--draw", metavar="ID",
+                    help="measure a draw of real models' shapes (fit-<seed> or heldout-<seed>; "
+                         "benchmarks/shape_draws.py) instead of the grid; a held-out draw needs the "
+                         "routes fitted first")
+    ap.add_argument("--per-family", type=int, metavar="N",
+                    help="shapes per op family in the draw (default: fit 16, held-out 40)")
     ap.add_argument("--plan", action="store_true", help="print the cells and an estimate; no GPU")
     ap.add_argument("--merge", nargs="+", type=Path, metavar="PART_CSV",
                     help="upsert these CSVs (from GPU runs) into --csv; no GPU")
@@ -874,16 +910,24 @@ def main(argv: list[str] | None = None) -> int:
             merged = upsert_file(args.csv, new)
             print(f"merged {len(new)} rows of {part} into {args.csv} ({len(merged)} rows)")
         return 0
-    cell_list = cells(args.ops, args.shape_classes, args.dtypes, args.passes, args.quick)
+    try:
+        cell_list = cells(args.ops, args.shape_classes, args.dtypes, args.passes, args.quick,
+                          args.draw, args.per_family)
+        if args.draw and not args.plan:
+            shape_draws.routes_stamp(args.draw)  # a held-out draw refuses unfrozen routes
+    except shape_draws.DrawError as exc:
+        print(f"bench_kernels_csv: {exc}", file=sys.stderr)
+        return 1
+    draw_timing = (shape_draws.DRAW_WARMUP_MS, shape_draws.DRAW_REP_MS) if args.draw else None
     if args.plan:
-        print(plan_text(cell_list, args.quick))
+        print(plan_text(cell_list, args.quick, draw_timing))
         return 0
     if not torch.cuda.is_available():
         print("bench_kernels_csv: needs a CUDA GPU (torch.cuda.is_available() is False); "
               "--plan and --merge work without one", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    print(plan_text(cell_list, args.quick), flush=True)
+    print(plan_text(cell_list, args.quick, draw_timing), flush=True)
     liger_version, why = liger_status()
     if not liger_version:
         print(f"bench_kernels_csv: liger skipped: import liger_kernel failed ({why}); see this "
@@ -891,11 +935,11 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(HERE))
     from bench_kernels import BIG_SHAPE, copy_bandwidth  # noqa: E402 - a sibling script
 
-    warmup, rep = (QUICK_WARMUP_MS, QUICK_REP_MS) if args.quick else (WARMUP_MS, REP_MS)
+    warmup, rep = draw_timing or ((QUICK_WARMUP_MS, QUICK_REP_MS) if args.quick else (WARMUP_MS, REP_MS))
     copy_bps = copy_bandwidth(BIG_SHAPE, torch.float32, quick=args.quick)
     print(f"bench_kernels_csv: {gpu_name('cuda')}; D2D copy {copy_bps / 1e9:.0f} GB/s; "
           f"do_bench warmup {warmup} ms, rep {rep} ms", flush=True)
-    timing = Timing(warmup, rep, copy_bps)
+    timing = Timing(warmup, rep, copy_bps, rounds=shape_draws.DRAW_ROUNDS if args.draw else ROUNDS)
     providers = tuple(args.providers)
     # NB: once torch.compile has run in a process, every later Python-level call there costs more
     # host time (H200, torch 2.11: the bundled rms_norm 52 -> 89 us a call after one compiled

@@ -38,6 +38,7 @@ from bench_kernels_csv import (BUNDLED, CLASS_NAMES, DEFAULT_CSV, OTHERS,  # noq
                                PROVIDERS, read_csv)
 from docdata import splice_block  # noqa: E402
 from kernel_routes import as_shipped, point_of, routes_table  # noqa: E402
+from shape_draws import GRID, draw_of, fit_rows  # noqa: E402
 
 from reference_kernels.routes import ROUTES_CSV  # noqa: E402
 
@@ -45,7 +46,7 @@ BEGIN, END = "<!-- kernels:begin -->", "<!-- kernels:end -->"
 TITLE = "Bundled kernels side by side"
 WIN_RATIO = 0.97  # best bundled at >= 97 % of the best other's speed counts as not losing
 TARGET_SHARE = 0.90
-GROUP = ["gpu", "op", "rows", "cols", "dtype", "pass"]
+GROUP = ["gpu", "op", "rows", "cols", "dtype", "pass", "draw"]
 REQUIRED_CLASSES = ("few-rows", "wide-rows", "mid")  # the issue's coverage: + fwd+bwd
 
 
@@ -61,6 +62,7 @@ def groups(df: pd.DataFrame) -> pd.DataFrame:
                     "outcome", "why"]
     if df.empty:
         return pd.DataFrame(columns=cols)
+    df = df.assign(draw=draw_of(df))
     timed = _timed(df)
     out = []
     for key, g in df.groupby(GROUP, sort=True):
@@ -303,7 +305,11 @@ def summary(df: pd.DataFrame) -> str:
 
 
 def write_routes(df: pd.DataFrame, path: Path) -> str:
-    """reference_kernels/data/routes.csv from the GPU with the most rows; what was written."""
+    """reference_kernels/data/routes.csv from the fit draws' rows of the GPU with the most of
+    them (the fit never reads a held-out draw); what was written."""
+    df = fit_rows(df)
+    if df.empty:
+        return f"{path} not written: no rows of the grid or a fit draw"
     gpu = df["gpu"].value_counts().idxmax()
     table = routes_table(df[df["gpu"] == gpu])
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -328,11 +334,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"render_kernels: no measurements in {args.csv} (absent or empty); nothing "
               "written. Run benchmarks/bench_kernels_csv.py on the GPU machine first.")
         return 1
-    args.docs.write_text(splice(args.docs.read_text() if args.docs.is_file() else "", render(df)))
-    print(summary(df))
+    import render_draws  # its tables use this module's groups
+
+    print(write_routes(df, args.routes))  # the fit: the routes the draws' tables judge with
+    grid = df[draw_of(df) == GRID]
+    text = args.docs.read_text() if args.docs.is_file() else ""
+    if not grid.empty:
+        text = splice(text, render(grid))
+        print(summary(grid))
+    text = render_draws.splice(text, render_draws.render(df, args.routes))
+    args.docs.write_text(text)
+    print(render_draws.summary(df, args.routes))
     print(f"wrote the kernel tables of {args.docs}")
-    print(write_routes(df, args.routes))
-    met = all(done_when(views(g)[2])["met"] for _, g in df.groupby("gpu"))
+    met = all(done_when(views(g)[2])["met"] for _, g in grid.groupby("gpu"))
     return 1 if args.check and not met else 0
 
 

@@ -138,7 +138,7 @@ class KernelSpec:
 
     def eager_route(self, rows: int, cols: int, dtype: torch.dtype | str, grad: bool = False,
                     device: str = "cuda", host_bound: bool = True,
-                    dispatch_host_s: float = 0.0) -> str:
+                    dispatch_host_s: float = 0.0, route_tables: Mapping | None = None) -> str:
         """Why a (rows, cols) call of `dtype` goes to eager instead ("" when it stays here).
 
         `grad`: the call needs a gradient (its measured pass is then fwd+bwd). Beyond the
@@ -146,14 +146,16 @@ class KernelSpec:
         (reference_kernels/routes.py), for a host-bound step unless `host_bound` is False, with
         `dispatch_host_s` added to the kernel's host time per call there (what the caller's
         substitution costs); the CPU interpreter runs kernels to check them, not for speed, so
-        no measured route applies there."""
+        no measured route applies there. `route_tables`: {kernel id: RouteTable} to follow
+        instead of the shipped routes (a benchmark judging a routes file)."""
         for c in self.refuses:
             if c.matches(rows, cols, dtype):
                 return f"{EAGER_ROUTE}{self.id} cannot take {c.name}"
         for loss in self.loses:
             if loss.shape_class.matches(rows, cols, dtype):
                 return EAGER_ROUTE + loss.reason(self.id)
-        table = routes().get(self.id) if device == "cuda" else None
+        tables = routes() if route_tables is None else route_tables
+        table = tables.get(self.id) if device == "cuda" else None
         reason = table.eager_reason(rows, cols, _dtype_name(dtype), grad, host_bound,
                                     dispatch_host_s * 1e3) if table else ""
         return EAGER_ROUTE + reason if reason else ""

@@ -37,8 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROUTES_CSV = Path(__file__).resolve().parent / "data" / "routes.csv"
+# draw: the sweep's draw the point was measured in (`grid`, `fit-<seed>`): the routes are fit on
+# those only (benchmarks/shape_draws.py), so a held-out draw can judge them.
 FIELDS = ("kernel", "dtype", "pass", "rows", "cols", "kernel_ms", "kernel_host_ms", "eager_ms",
-          "eager_host_ms", "gpu", "commit")
+          "eager_host_ms", "gpu", "commit", "draw")
 PASSES = ("fwd", "fwd+bwd")
 # A step whose device is busy less than this fraction of it is host-bound (as docs/benchmarks.md
 # splits its profiling-overhead workloads).

@@ -17,6 +17,7 @@ from reference_kernels.routes import Point, RouteTable, RoutesFileError, nearest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import kernel_routes  # noqa: E402
+import shape_draws  # noqa: E402
 
 
 def _p(rows, cols, kernel_ms, eager_ms, kernel_host_ms=0.005, eager_host_ms=0.005):
@@ -133,9 +134,10 @@ def test_no_routes_file_means_no_routes(tmp_path):
 
 def test_the_shipped_routes_are_derived_from_kernels_csv():
     shipped = pd.read_csv(routes.ROUTES_CSV, keep_default_na=False)
-    measured = pd.read_csv(REPO / "benchmarks" / "data" / "kernels.csv")
-    gpu = measured["gpu"].value_counts().idxmax()
-    derived = kernel_routes.routes_table(measured[measured["gpu"] == gpu])
+    measured = pd.read_csv(REPO / "benchmarks" / "data" / "kernels.csv", keep_default_na=False,
+                           na_values={"ms": [""], "host_us_per_call": [""]})
+    gpu = shape_draws.fit_rows(measured)["gpu"].value_counts().idxmax()
+    derived = kernel_routes.routes_table(shape_draws.fit_rows(measured[measured["gpu"] == gpu]))
     assert list(shipped.columns) == list(routes.FIELDS)
     key = ["kernel", "dtype", "pass", "rows", "cols"]
     both = shipped.merge(derived, on=key, suffixes=("", "_derived"))
@@ -144,6 +146,7 @@ def test_the_shipped_routes_are_derived_from_kernels_csv():
         assert both[col].fillna(-1).to_numpy() == pytest.approx(both[col + "_derived"].fillna(-1).to_numpy(), rel=1e-5)
     ids = {s.id for s in all_kernels()}
     assert set(shipped["kernel"]) <= ids
+    assert all(shape_draws.is_fit_draw(d) for d in shipped["draw"])  # fit on fit draws only
 
 
 def test_cuda_calls_follow_the_routes_and_cpu_calls_do_not(monkeypatch):
