@@ -3,7 +3,7 @@
 # Run on the GPU machine from the repo root: benchmarks/gpu_pass.sh OUTDIR STEP...
 # Steps: gpu_tests calibrate profile ncu recommend kernels cuda_kernels tune try_kernel
 #        engine_tests exhaustive measure_tests advice coverage capture_runs kernels_csv kernels_csv_quick sdpa_backends
-#        distributed_runs
+#        distributed_runs kernels_fit kernels_heldout train_try_kernel
 #        (one-off studies: benchmarks/studies/README.md)
 # advice: ADVICE_MODELS=a,b (default all) ADVICE_BUDGET_S=45; ADVISOR_COMMIT names the commit measured.
 # exhaustive: EXHAUSTIVE_MODELS=a,b EXHAUSTIVE_MODES=inference,train: the independent hand search
@@ -14,6 +14,17 @@
 #   python3 benchmarks/bench_kernels_csv.py --merge OUTDIR/kernels.csv && python3 benchmarks/render_kernels.py
 #   Liger is installed from .wheels/liger_kernel-*.whl (pip download liger-kernel --no-deps -d .wheels)
 #   into a temp dir when it does not import.
+# kernels_fit / kernels_heldout: the sweep on shapes drawn from real models (benchmarks/shape_draws.py),
+#   rows to OUTDIR/kernels.csv. kernels_fit: KERNELS_FIT_DRAW=fit-1 (16 shapes a family; providers
+#   KERNELS_FIT_PROVIDERS="ours_triton ours_cuda eager liger": the routes need the kernels and eager
+#   only), KERNELS_FIT_BUDGET_S=240 (~2-3 min). Then here: --merge, render_kernels.py (fits the routes).
+#   kernels_heldout (after the refit routes are in the tree it copies): KERNELS_HELDOUT_DRAW=heldout-1
+#   (40 shapes a family, every provider), KERNELS_HELDOUT_BUDGET_S=450 (~8-9 min: its own device call);
+#   then --merge and render_kernels.py again. Both first build or load the CUDA extension (kernels_build).
+# train_try_kernel: benchmarks/bench_train_try_kernel.py on benchmarks/models/llama_train.py (train, bf16);
+#   TRAIN_TRY_KERNELS="triton.rms_norm ..." (default the Triton set), TRAIN_TRY_REPS=30; rows to
+#   OUTDIR/train_try_kernel/try_kernel_train.csv, then here:
+#   python3 benchmarks/bench_train_try_kernel.py --merge OUTDIR/train_try_kernel/try_kernel_train.csv --render
 # distributed_runs: DIST_NPROC=N (default: every GPU) ranks; in one call of < 8 min: calibrate, busbw_check
 #   (all-reduce, all-gather, reduce-scatter), DDP / TP / FSDP2 profiles of examples/ddp_mlp.py and tp_mlp.py,
 #   `recommend --measure` of the DDP and FSDP runs with their data-parallel actions; OUTDIR/distributed/.
@@ -46,13 +57,23 @@ gpu_workers() {  # 4 test workers fit a 141 GB H200; on an 80 GB card four of th
     echo $((per * (gpus > 0 ? gpus : 1)))
 }
 export ADVISOR_TEST_GPUS=$(nvidia-smi -L | grep -c '^GPU')  # tests/conftest.py: one GPU per worker
-kernels_csv() {  # quick-or-not: the side-by-side sweep, Liger from .wheels/ when it is there
+with_liger() {  # Liger from .wheels/ when it is there and does not import
     local wheel liger_dir
     wheel=$(ls .wheels/liger_kernel-*.whl 2>/dev/null | tail -n 1)
     if [ -n "$wheel" ] && ! python3 -c "import liger_kernel" 2>/dev/null; then
         liger_dir=${TMPDIR:-/tmp}/liger-wheel
         pip install -q --no-deps --target "$liger_dir" "$wheel" && export PYTHONPATH=$PYTHONPATH:$liger_dir
     fi
+}
+kernels_draw() {  # name, draw, budget, providers...: the sweep on one draw of real models' shapes
+    local name=$1 draw=$2 budget=$3; shift 3
+    with_liger
+    run kernels_build python3 -c "from reference_kernels.cuda.build import load_extension; load_extension()"
+    run "$name" python3 benchmarks/bench_kernels_csv.py --draw "$draw" --csv "$out/kernels.csv" \
+        --budget-s "$budget" --providers "$@"
+}
+kernels_csv() {  # quick-or-not: the side-by-side sweep, Liger from .wheels/ when it is there
+    with_liger
     run "bench_kernels_csv$1" python3 benchmarks/bench_kernels_csv.py --csv "$out/kernels.csv" \
         --budget-s "${KERNELS_CSV_BUDGET_S:-480}" ${1:+--quick} ${KERNELS_CSV_OPS:+--ops $KERNELS_CSV_OPS}
 }
@@ -91,6 +112,13 @@ for step in "${@:2}"; do
         distributed_runs) run distributed_runs python3 benchmarks/bench_distributed.py "$out/distributed" \
                               --nproc "${DIST_NPROC:-$ADVISOR_TEST_GPUS}" --budget-s 470 ;;
         kernels_csv_quick) kernels_csv _quick ;;
+        kernels_fit) kernels_draw kernels_fit "${KERNELS_FIT_DRAW:-fit-1}" "${KERNELS_FIT_BUDGET_S:-240}" \
+                         ${KERNELS_FIT_PROVIDERS:-ours_triton ours_cuda eager liger} ;;
+        kernels_heldout) kernels_draw kernels_heldout "${KERNELS_HELDOUT_DRAW:-heldout-1}" \
+                             "${KERNELS_HELDOUT_BUDGET_S:-450}" ours_triton ours_cuda eager compile liger ;;
+        train_try_kernel) run train_try_kernel python3 benchmarks/bench_train_try_kernel.py \
+                              --out "$out/train_try_kernel" --reps "${TRAIN_TRY_REPS:-30}" \
+                              ${TRAIN_TRY_KERNELS:+--kernels $TRAIN_TRY_KERNELS} ;;
         multinode) run multinode python3 benchmarks/bench_multinode.py "$out/multinode" --device cuda \
                        --data "$out/distributed_scale.json"
                    run multinode_tests python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_multinode.py ;;
