@@ -9,23 +9,14 @@ Read by benchmarks/render_distributed_scale.py. Pure data: no torch, no kernel_a
 from __future__ import annotations
 
 import json
-import math
+import sys
 from pathlib import Path
-from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from distributed_record import clean  # noqa: E402  (NaN/inf → None: strict JSON)
 
 SCHEMA_VERSION = 1
 DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "distributed_scale.json"
-
-
-def clean(value: Any) -> Any:
-    """NaN/inf → None, recursively: the file stays strict JSON."""
-    if isinstance(value, dict):
-        return {k: clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def read_rows(path: Path = DEFAULT_PATH) -> list[dict]:
