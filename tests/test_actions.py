@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from kernel_advisor import actions
 from kernel_advisor.actions import NotApplicable, NotMeasurable, get_action
 from kernel_advisor.actions.flags import backend_flags, current
-from kernel_advisor.actions.pad_gemm import padded_size
+from kernel_advisor.actions.module_rewrites import padded_size
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.tree import map_tensors
 
@@ -259,7 +259,7 @@ def test_registry_names():
 
 
 def test_sdpa_backend_order_puts_the_chosen_backend_first_and_keeps_the_rest():
-    from kernel_advisor.actions.sdpa_backend import priority
+    from kernel_advisor.actions.sdpa import priority
 
     assert priority("FLASH_ATTENTION") == ["FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION", "MATH"]
     assert priority("CUDNN_ATTENTION") == ["CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH"]

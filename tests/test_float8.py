@@ -13,8 +13,7 @@ from test_actions import loaded_of, seeded
 from test_recommend_support import op_row, op_table, run_meta, sequence_from
 
 from kernel_advisor import actions
-from kernel_advisor.actions import NotApplicable, get_action
-from kernel_advisor.actions import float8
+from kernel_advisor.actions import NotApplicable, get_action, precision
 from kernel_advisor.actions.base import patched_forwards
 from kernel_advisor.experiment.variant import conflicts
 from kernel_advisor.recommend.report import recommend
@@ -238,13 +237,13 @@ class _FakeTorchao:
                                                      ("inference", torch.float32, "per-tensor")])
 def test_float8_converts_a_copy_of_the_aligned_linears(monkeypatch, mode, dtype, granularity):
     fake = _FakeTorchao()
-    monkeypatch.setattr(float8, "_import_torchao", fake.entry_points)
+    monkeypatch.setattr(precision, "_import_torchao", fake.entry_points)
     model = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 64), nn.Linear(64, 10)).to(dtype)
     loaded = _on_fake_cuda(loaded_of(model, seeded(4, 64, dtype=dtype)), monkeypatch)
     v = get_action("float8").prepare(loaded, mode)
     assert fake.converted == ["0", "2"]  # 64x10 is off 16: left alone
     assert v.model is not model and v.params_of is v.model  # a deep copy; its gradients are read
-    assert v.tolerance is float8.float8_tolerance
+    assert v.tolerance is precision.float8_tolerance
     assert "2 Linear layer(s)" in v.applied and "1 Linear(s) with dims off 16" in v.applied
     if granularity:
         assert fake.config == {"granularity": granularity, "set_inductor_config": False}
@@ -252,14 +251,14 @@ def test_float8_converts_a_copy_of_the_aligned_linears(monkeypatch, mode, dtype,
 
 def test_float8_compile_compiles_the_float8_copy(monkeypatch):
     fake = _FakeTorchao()
-    monkeypatch.setattr(float8, "_import_torchao", fake.entry_points)
+    monkeypatch.setattr(precision, "_import_torchao", fake.entry_points)
     model = _mlp()
     loaded = _on_fake_cuda(loaded_of(model, seeded(4, 64)), monkeypatch)
     v = get_action("float8:compile").prepare(loaded, "train")
     try:
         assert isinstance(v.model, torch._dynamo.eval_frame.OptimizedModule)
         assert v.params_of is v.model._orig_mod.inner and v.params_of is not model  # gradients of the float8 copy
-        assert v.stage == "compile" and v.tolerance is float8.float8_tolerance
+        assert v.stage == "compile" and v.tolerance is precision.float8_tolerance
         assert v.applied.endswith("; torch.compile(model)")
     finally:
         v.close()
@@ -267,7 +266,7 @@ def test_float8_compile_compiles_the_float8_copy(monkeypatch):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_float8_tolerance_is_what_the_docs_say(dtype):
-    assert float8.float8_tolerance(dtype) == float8.FLOAT8_TOLERANCE == (0.125, 0.125)
+    assert precision.float8_tolerance(dtype) == precision.FLOAT8_TOLERANCE == (0.125, 0.125)
     docs = DOCS.read_text(encoding="utf-8")
     row = next(line for line in docs.splitlines() if line.startswith("| `float8` |"))
     assert re.search(r"gate tolerance 0\.125\b", row)
@@ -280,7 +279,7 @@ def test_float8_gate_on_cpu_through_torchao_emulation(monkeypatch):
     pytest.importorskip("torchao.float8")
     from kernel_advisor.experiment.engine import measure_actions
     from kernel_advisor.experiment.search import SearchOptions
-    monkeypatch.setattr(float8, "_require_fp8_device", lambda device: None)
+    monkeypatch.setattr(precision, "_require_fp8_device", lambda device: None)
     torch.manual_seed(0)
     model = _mlp((64, 128, 64)).to(torch.bfloat16)
     loaded = loaded_of(model, seeded(32, 64, dtype=torch.bfloat16))

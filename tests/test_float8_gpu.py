@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 import torch
 import torch.nn as nn
+from test_actions import loaded_of
 
-from kernel_advisor.actions.float8 import FLOAT8_TOLERANCE, MIN_CAPABILITY
+from kernel_advisor.actions.precision import FLOAT8_TOLERANCE, MIN_CAPABILITY
 from kernel_advisor.experiment.engine import measure_actions
 from kernel_advisor.experiment.search import SearchOptions
-from test_actions import loaded_of
 
 pytestmark = pytest.mark.gpu
 # Each named action alone, timed over 10 windows: no other compile mode, no combination.

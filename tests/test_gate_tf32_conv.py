@@ -6,14 +6,13 @@ import dataclasses
 
 import torch
 import torch.nn as nn
+from test_actions import loaded_of, seeded
 
-from kernel_advisor.actions.tf32 import TF32_TOLERANCE
-from kernel_advisor.experiment.gate import (TF32_CONV_NOTE, _float32_convolutions,
-                                           tf32_conv_tolerance)
+from kernel_advisor.actions.flags import TF32_TOLERANCE
+from kernel_advisor.experiment.gate import TF32_CONV_NOTE, _float32_convolutions, tf32_conv_tolerance
 from kernel_advisor.trykernel.candidates import default_tolerance
 from kernel_advisor.trykernel.capture import GateRecord
 from kernel_advisor.trykernel.gate import compare_leaf
-from test_actions import loaded_of, seeded
 
 
 def test_float32_leaves_get_tf32_tolerance_on_cuda_with_tf32_convolutions():
@@ -73,14 +72,14 @@ def test_the_gate_record_states_the_tolerance():
 def test_gate_variant_gates_channels_last_with_the_stated_tolerance(monkeypatch):
     # The device is only labelled cuda: the tensors stay on the CPU, and the gate reads nothing
     # but the label, the cudnn flag and the modules, so the wiring is tested without a GPU.
-    from kernel_advisor.actions import channels_last
+    from kernel_advisor.actions.module_rewrites import prepare_channels_last
     from kernel_advisor.experiment.gate import gate_variant
     from kernel_advisor.trykernel.capture import capture_step
 
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
     net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
     loaded = dataclasses.replace(loaded_of(net, seeded(2, 3, 6, 6)), device=torch.device("cuda"))
-    variant = channels_last.prepare(loaded, "inference")
+    variant = prepare_channels_last(loaded, "inference")
     inputs = loaded.make_inputs(1)
     base = capture_step(loaded, net, net, inputs, "inference")
     record = GateRecord()

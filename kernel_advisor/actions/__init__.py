@@ -1,20 +1,22 @@
 """Actions: named, reversible transformations a recommendation can apply to the user's model.
 
-The registry is code, one module per action. Rules name an action (`action: sdpa`);
+The registry is code: each action a prepare function and an Action record, grouped by what
+they change (flags.py: backend switches; precision.py: number formats; module_rewrites.py:
+the model's modules, weights and layout; sdpa.py: attention; compile.py; kernel.py: bundled
+kernels; data_parallel.py: DDP and FSDP2 options). Rules name an action (`action: sdpa`);
 `advisor recommend --measure` prepares it on the real model, gates it and times it.
 `kernel:<id>` names a bundled kernel; `kernel:auto` the one the recommendation found.
 """
 from __future__ import annotations
 
-from kernel_advisor.actions import (bf16_autocast, channels_last, compile, cudnn_benchmark, data_parallel, float8,
-                                    kernel, pad_gemm, rms_norm_module, sdpa, sdpa_backend, tf32)
+from kernel_advisor.actions import compile, data_parallel, flags, kernel, module_rewrites, precision, sdpa
 from kernel_advisor.actions.base import Action, NotApplicable, NotMeasurable, Variant, stacked
 
 NONE = "none"
 _FIXED: dict[str, Action] = {a.name: a for a in (
-    sdpa.ACTION, *sdpa_backend.ACTIONS, rms_norm_module.ACTION, channels_last.ACTION, cudnn_benchmark.ACTION,
-    tf32.ACTION, bf16_autocast.ACTION, pad_gemm.ACTION, float8.ACTION, *compile.ACTIONS, float8.COMPILED,
-    *data_parallel.ACTIONS)}
+    sdpa.SDPA, *sdpa.BACKEND_ACTIONS, module_rewrites.RMS_NORM_MODULE, module_rewrites.CHANNELS_LAST,
+    flags.CUDNN_BENCHMARK, flags.TF32, precision.BF16_AUTOCAST, module_rewrites.PAD_GEMM, precision.FLOAT8,
+    *compile.ACTIONS, precision.FLOAT8_COMPILED, *data_parallel.ACTIONS)}
 
 
 def action_names() -> tuple[str, ...]:

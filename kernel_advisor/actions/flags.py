@@ -6,6 +6,9 @@ from typing import Callable, Iterator
 
 import torch
 
+from kernel_advisor.actions.base import Action, NotApplicable, Variant
+from kernel_advisor.collect.loader import LoadedModel
+
 
 @contextlib.contextmanager
 def backend_flags(assign: dict[str, object]) -> Iterator[None]:
@@ -40,3 +43,41 @@ def current(path: str) -> object:
 def _set(path: str, value: object) -> None:
     obj, attr = _owner(path)
     setattr(obj, attr, value)
+
+
+# ------------------------------------------------------------
+# `tf32`: float32 matmuls and convolutions on TF32 tensor cores (10-bit mantissa).
+
+# NB: TF32 rounds the inputs of each product to a 10-bit mantissa (relative error ~2^-11);
+# the gate holds the model to bfloat16-class tolerances instead of float32 ones.
+TF32_TOLERANCE = (2e-2, 2e-2)
+
+
+def prepare_tf32(loaded: LoadedModel, mode: str) -> Variant:
+    if loaded.device.type != "cuda":
+        raise NotApplicable("TF32 is a tensor-core path of CUDA devices; this run is on the CPU")
+    if torch.cuda.get_device_capability(loaded.device) < (8, 0):
+        raise NotApplicable("TF32 needs compute capability 8.0 or newer")
+    flags = {"cuda.matmul.allow_tf32": True, "cudnn.allow_tf32": True}
+    if all(current(k) for k in flags):
+        raise NotApplicable("TF32 is already on for matmuls and convolutions")
+    return Variant("tf32", loaded.model, "allow_tf32 on for matmul and cuDNN", context=flags_context(flags),
+                   tolerance=lambda dtype: TF32_TOLERANCE)
+
+
+TF32 = Action("tf32", "TF32 for float32 matmul and convolution", "library", prepare_tf32)
+
+
+# ------------------------------------------------------------
+# `cudnn_benchmark`: torch.backends.cudnn.benchmark = True (cuDNN times its algorithms once per shape).
+
+def prepare_cudnn_benchmark(loaded: LoadedModel, mode: str) -> Variant:
+    if loaded.device.type != "cuda":
+        raise NotApplicable("cuDNN runs on CUDA devices only; this run is on the CPU")
+    if torch.backends.cudnn.benchmark:
+        raise NotApplicable("torch.backends.cudnn.benchmark is already on")
+    return Variant("cudnn_benchmark", loaded.model, "torch.backends.cudnn.benchmark = True",
+                   context=flags_context({"cudnn.benchmark": True}))
+
+
+CUDNN_BENCHMARK = Action("cudnn_benchmark", "cudnn.benchmark = True", "library", prepare_cudnn_benchmark, effort=0)

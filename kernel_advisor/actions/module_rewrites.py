@@ -6,17 +6,20 @@ The swap keeps the module, its weight and its eps; only its forward changes.
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 
 from kernel_advisor.actions.base import Action, NotApplicable, Variant, patched_forwards
 from kernel_advisor.collect.loader import LoadedModel
-from kernel_advisor.trykernel.patterns import find_patterns, RMSNormMatch
+from kernel_advisor.collect.tree import map_tensors
+from kernel_advisor.trykernel.patterns import RMSNormMatch, find_patterns
 
 _RMSNORM_CLASS = getattr(torch.nn, "RMSNorm", None)
 
 
-def prepare(loaded: LoadedModel, mode: str) -> Variant:
+def prepare_rms_norm_module(loaded: LoadedModel, mode: str) -> Variant:
     if not isinstance(loaded.model, torch.nn.Module):
         raise NotApplicable("the model is a callable, not an nn.Module")
     if not hasattr(F, "rms_norm"):
@@ -26,12 +29,12 @@ def prepare(loaded: LoadedModel, mode: str) -> Variant:
     if not matches:
         raise NotApplicable("no hand-written RMSNorm module found (nn.RMSNorm modules are left as they are)")
     tally = [0, 0]
-    patches = [(m.module, _forward(m, tally)) for m in matches]
+    patches = [(m.module, _rms_forward(m, tally)) for m in matches]
     return Variant("rms_norm_module", loaded.model, f"{len(matches)} RMSNorm module(s) through F.rms_norm",
                    context=lambda: patched_forwards(patches), counters=lambda: (tally[0], tally[1]))
 
 
-def _forward(match: RMSNormMatch, tally: list[int]):
+def _rms_forward(match: RMSNormMatch, tally: list[int]):
     original, weight = match.module.forward, match.weight
 
     def forward(x, *args, **kwargs):
@@ -46,4 +49,90 @@ def _forward(match: RMSNormMatch, tally: list[int]):
     return forward
 
 
-ACTION = Action("rms_norm_module", "nn.RMSNorm / F.rms_norm for hand-written RMSNorm", "library", prepare)
+RMS_NORM_MODULE = Action("rms_norm_module", "nn.RMSNorm / F.rms_norm for hand-written RMSNorm", "library", prepare_rms_norm_module)
+
+
+# ------------------------------------------------------------
+# `pad_gemm`: nn.Linear layers with a dim off 16-byte alignment run on a zero-padded weight.
+#
+# out = linear(pad(x), pad(W), pad(b))[..., :N] equals linear(x, W, b): the padded input
+# columns meet zero weight rows, the padded output columns are cut off. In inference the
+# padded copies are made once; in training they are padded per call so gradients reach the
+# user's own weight.
+
+ALIGN_BYTES = 16  # cuBLAS tensor-core kernels want leading dimensions on 16-byte boundaries
+
+
+def padded_size(n: int, itemsize: int) -> int:
+    align = max(ALIGN_BYTES // itemsize, 1)
+    return -(-n // align) * align
+
+
+def prepare_pad_gemm(loaded: LoadedModel, mode: str) -> Variant:
+    if not isinstance(loaded.model, torch.nn.Module):
+        raise NotApplicable("the model is a callable, not an nn.Module")
+    linears = [m for m in loaded.model.modules() if isinstance(m, torch.nn.Linear) and _misaligned(m)]
+    if not linears:
+        raise NotApplicable("every nn.Linear already has 16-byte aligned dims")
+    patches = [(m, _padded_forward(m, train=mode == "train")) for m in linears]
+    shapes = ", ".join(f"{m.in_features}x{m.out_features}" for m in linears[:3])
+    more = f" (+{len(linears) - 3} more)" if len(linears) > 3 else ""
+    return Variant("pad_gemm", loaded.model, f"{len(linears)} Linear layer(s) padded: {shapes}{more}",
+                   context=lambda: patched_forwards(patches))
+
+
+def _misaligned(m: torch.nn.Linear) -> bool:
+    size = m.weight.element_size()
+    return padded_size(m.in_features, size) != m.in_features or padded_size(m.out_features, size) != m.out_features
+
+
+def _padded_forward(m: torch.nn.Linear, train: bool):
+    size = m.weight.element_size()
+    n, k = m.out_features, m.in_features
+    pad_n, pad_k = padded_size(n, size) - n, padded_size(k, size) - k
+    frozen = None
+    if not train:
+        with torch.no_grad():
+            frozen = _padded(m, pad_n, pad_k)
+
+    def forward(x):
+        weight, bias = frozen if frozen is not None else _padded(m, pad_n, pad_k)
+        if pad_k:
+            x = F.pad(x, (0, pad_k))
+        return F.linear(x, weight, bias)[..., :n]
+
+    return forward
+
+
+def _padded(m: torch.nn.Linear, pad_n: int, pad_k: int):
+    bias = F.pad(m.bias, (0, pad_n)) if m.bias is not None else None
+    return F.pad(m.weight, (0, pad_k, 0, pad_n)), bias
+
+
+PAD_GEMM = Action("pad_gemm", "pad Linear dims to 16-byte multiples", "library", prepare_pad_gemm)
+
+
+# ------------------------------------------------------------
+# `channels_last`: the model's 4-D weights and the 4-D inputs in NHWC memory order.
+
+def prepare_channels_last(loaded: LoadedModel, mode: str) -> Variant:
+    model = loaded.model
+    if not isinstance(model, torch.nn.Module):
+        raise NotApplicable("the model is a callable, not an nn.Module")
+    weights = [p for p in model.parameters() if p.dim() == 4]
+    if not weights:
+        raise NotApplicable("the model has no 4-D (convolution) weights")
+    if all(p.is_contiguous(memory_format=torch.channels_last) for p in weights):
+        raise NotApplicable("the 4-D weights are already channels_last")
+
+    def to_nhwc(inputs: list) -> list:
+        # Done once per input draw, as a data loader would: the conversion is not in the step.
+        return map_tensors(inputs, lambda t: t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t)
+
+    # A copy: converting the user's model in place would change eager's layout too.
+    nhwc = copy.deepcopy(model).to(memory_format=torch.channels_last)
+    return Variant("channels_last", nhwc, f"{len(weights)} 4-D weights and the 4-D inputs in channels_last",
+                   params_of=nhwc, convert_inputs=to_nhwc)
+
+
+CHANNELS_LAST = Action("channels_last", "channels_last memory format", "library", prepare_channels_last)

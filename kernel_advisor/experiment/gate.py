@@ -17,7 +17,7 @@ import torch.nn as nn
 
 from kernel_advisor.actions import Variant
 from kernel_advisor.actions.base import Tolerance
-from kernel_advisor.actions.tf32 import TF32_TOLERANCE
+from kernel_advisor.actions.flags import TF32_TOLERANCE
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.trykernel.candidates import default_tolerance
 from kernel_advisor.trykernel.capture import Captured, GateRecord, capture_step, gate_draw
