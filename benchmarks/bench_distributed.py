@@ -6,14 +6,17 @@ On a 2- or 4-GPU host, from the repository root, in one device call (or `benchma
 OUT distributed_runs`):
 
     ADVISOR_COMMIT=<git rev-parse --short HEAD> PYTHONUNBUFFERED=1 PYTHONPATH=$PWD \\
-        python3 benchmarks/bench_distributed.py $OUT --nproc 2 --budget-s 470
+        python3 benchmarks/bench_distributed.py $OUT --nproc 2 --budget-s 420
 
-Expected ~6.5 min on 2 x H200: calibrate ~1 min, busbw_check (3 families) ~0.5 min, the DDP run of
-examples/ddp_mlp.py ~1 min, the same model as one process ~0.5 min, its `recommend --measure`
-~1.5 min, the FSDP2 run and its measure ~2 min, the tensor-parallel run ~1 min. Each step is a
-subprocess with a deadline (a hung NCCL call is stopped, not waited for), and the optional runs
-start only when their deadlines fit what is left of --budget-s: even a run that hangs everywhere
-ends within the budget, with its log in OUT. Steps:
+--budget-s bounds the call (gpu_pass.sh gives it what is left of its ~8.5 min after the multi-GPU
+tests). Each step is a subprocess with a deadline (a hung NCCL call is stopped, not waited for).
+The required steps always run: calibrate, busbw_check (3 families), the bf16 DDP run of
+examples/ddp_mlp.py with its one-process twin, and the same model cast to float32 with the DDP
+actions measured (the bf16 run's profile took 22 s on 2 x H200, its wall_s in
+benchmarks/data/distributed.json; a `recommend --measure` launches the ranks once more and times
+for MEASURE_BUDGET_S). The optional runs (FSDP2 with its actions, tensor parallel, gpt_block)
+start only when their deadlines fit what is left of --budget-s, in that order: even a run that
+hangs everywhere ends within the budget, with its log in OUT. Steps:
 
   1. what the host is: GPUs, driver, `nvidia-smi topo -m`, torch/CUDA/NCCL/Triton versions;
   2. `advisor calibrate --force` into a temporary ADVISOR_CACHE_DIR, which the profiles then
@@ -21,18 +24,21 @@ ends within the budget, with its log in OUT. Steps:
   3. benchmarks/busbw_check.py (imports nothing of kernel_advisor): nccl-tests-style all-reduce
      busbw, 4 KiB ... 1 GiB; the calibrated ceiling is compared with it at the same size;
   4. `advisor profile --mode train --nproc-per-node N` of examples/ddp_mlp.py (the primary run:
-     the all-reduce is a visible share of the step) and `advisor recommend --format json` on it;
-     the same model profiled as one process (the step without communication); `recommend --measure
-     --also` each DDP action (predicted beside measured); then, as the budget allows, the same model
-     under FSDP2 (--fsdp, with the FSDP actions measured), examples/tp_mlp.py (tensor parallel) and
-     examples/gpt_block.py under DDP. Each run's collective families are held against busbw_check's
-     sweep of the same family. The profiler's overhead is each run's own (run.json
-     "profiler_overhead": profiled / unprofiled median step, with interval);
+     bf16, the all-reduce is a visible share of the step) and `advisor recommend --format json` on
+     it; the same model profiled as one process (the step without communication); the same model
+     with --dtype float32 and `recommend --measure --also` each DDP action on it (predicted beside
+     measured; float32 gradients, so the bf16 compression hook has something to compress); then,
+     as the budget allows, the bf16 model under FSDP2 (--fsdp, with the FSDP actions measured),
+     examples/tp_mlp.py (tensor parallel) and examples/gpt_block.py under DDP. Each run's
+     collective families are held against busbw_check's sweep of the same family. The profiler's
+     overhead is each run's own (run.json "profiler_overhead": profiled / unprofiled median step,
+     with interval);
   5. the record: OUT/distributed.json, and on GPU benchmarks/data/distributed.json (--record).
 
-OUT receives at most 5 files (the device returns 8): bench_distributed.log (everything printed),
-distributed.json (or distributed.failed.json), busbw_check.json, calibration.json, runs.tar.gz
-(run directories; rank traces while they fit in 12 MiB). Back on the development machine:
+OUT receives 3 files (the device returns 8, and gpu_pass.sh adds its own logs):
+bench_distributed.log (everything printed), distributed.json (or distributed.failed.json) and
+runs.tar.gz (run directories, calibration.json, busbw_check.json; rank traces while they fit in
+12 MiB). Back on the development machine:
 
     python3 benchmarks/distributed_record.py FILES_AT/distributed.json   # upserted by GPU count
     python3 benchmarks/render_distributed.py          # the section of docs/distributed.md
@@ -83,9 +89,10 @@ class RunSpec:
     warmup: int
     required: bool  # the record is not written without it
     deadline_s: float
-    options: tuple[str, ...] = ()  # more `advisor profile` options (--fsdp)
+    options: tuple[str, ...] = ()  # more `advisor profile` options (--fsdp, --dtype)
     # data-parallel actions `recommend --measure` measures on the run's ranks (--also each)
     measure: tuple[str, ...] = ()
+    single_process: bool = False  # also profile the model as one process: the step DDP adds to
 
 
 DDP_ACTIONS = ("ddp:bucket_cap_mb", "ddp:gradient_as_bucket_view", "ddp:bf16_compress")
@@ -93,14 +100,18 @@ FSDP_ACTIONS = ("fsdp:prefetch", "fsdp:no_reshard_after_forward")
 # recommend --measure's single-process search (the compile modes) gets little: the data-parallel
 # actions, measured on the ranks before it, are what the record keeps.
 MEASURE_BUDGET_S = 20.0
-MEASURE_DEADLINE_S = 100.0
-# The primary run is required; the others start only when their deadlines (and their measure's)
-# fit what is left of --budget-s, so the whole call ends within it.
-GPU_RUNS = (RunSpec("ddp_mlp", "examples/ddp_mlp.py", 20, 5, True, 180.0, measure=DDP_ACTIONS),
-            RunSpec("fsdp_mlp", "examples/ddp_mlp.py", 10, 3, False, 90.0, ("--fsdp",), FSDP_ACTIONS),
-            RunSpec("tp_mlp", "examples/tp_mlp.py", 10, 3, False, 90.0),
-            RunSpec("gpt_block_ddp", "examples/gpt_block.py", 5, 3, False, 180.0))
-CPU_RUNS = (RunSpec("ddp_mlp", "examples/ddp_mlp.py", 3, 1, True, 240.0, measure=DDP_ACTIONS),
+MEASURE_DEADLINE_S = 90.0
+# The required runs always run; the others start only when their deadlines (and their measure's)
+# fit what is left of --budget-s, so the whole call ends within it. On GPU ddp_mlp is bf16, whose
+# gradients the bf16 hook cannot compress: the DDP actions are measured on it cast to float32.
+GPU_RUNS = (RunSpec("ddp_mlp", "examples/ddp_mlp.py", 20, 5, True, 120.0, single_process=True),
+            RunSpec("ddp_mlp_fp32", "examples/ddp_mlp.py", 10, 3, True, 120.0, ("--dtype", "float32"),
+                    DDP_ACTIONS),
+            RunSpec("fsdp_mlp", "examples/ddp_mlp.py", 10, 3, False, 60.0, ("--fsdp",), FSDP_ACTIONS),
+            RunSpec("tp_mlp", "examples/tp_mlp.py", 10, 3, False, 60.0),
+            RunSpec("gpt_block_ddp", "examples/gpt_block.py", 5, 3, False, 120.0))
+GPU_REQUIRED = {s.name for s in GPU_RUNS if s.required}
+CPU_RUNS = (RunSpec("ddp_mlp", "examples/ddp_mlp.py", 3, 1, True, 240.0, measure=DDP_ACTIONS, single_process=True),
             RunSpec("tp_mlp", "examples/tp_mlp.py", 3, 1, False, 240.0),
             RunSpec("fsdp_mlp", "examples/ddp_mlp.py", 3, 1, False, 240.0, ("--fsdp",)))
 COLLECTIVES = "all_reduce,all_gather,reduce_scatter"
@@ -435,7 +446,20 @@ def figure_problems(device: str, nproc: int, record: DistributedRecord) -> list[
                             "(the calibration cache was not found under ADVISOR_CACHE_DIR)")
         if not run.busbw_bytes_per_s:
             problems.append(f"{run.name}: no all-reduce busbw (no NCCL kernels found in the traces)")
+    problems += [note for run in record.runs if run.name in GPU_REQUIRED for note in unmeasured_actions(run)]
     return problems
+
+
+def unmeasured_actions(run: RunFigures) -> list[str]:
+    """The run's data-parallel actions that did not get a measured interval, with why."""
+    spec = {s.name: s for s in GPU_RUNS}.get(run.name)
+    got = {a["action"]: a["measured"] for a in run.measured_actions}
+    notes = []
+    for action in spec.measure if spec else ():
+        m = got.get(action) or {"status": "absent", "reason": "recommend --measure gave no figures"}
+        if m.get("status") != "passed":
+            notes.append(f"{run.name}: {action} not measured ({m.get('status')}: {m.get('reason')})")
+    return notes
 
 
 def figure_warnings(record: DistributedRecord) -> list[str]:
@@ -451,6 +475,8 @@ def figure_warnings(record: DistributedRecord) -> list[str]:
             notes.append(f"{run.name}: rank trace clocks differ by {skew:.0f} µs (matched NCCL call ends)")
         if run.busbw_frac_of_ceiling is not None and run.busbw_frac_of_ceiling > 1.05:
             notes.append(f"{run.name}: busbw {run.busbw_frac_of_ceiling:.2f}x the ceiling")
+        if record.gpus.get("count") and run.name not in GPU_REQUIRED:  # the required runs': problems
+            notes += unmeasured_actions(run)
     return notes
 
 
@@ -458,7 +484,8 @@ def figure_warnings(record: DistributedRecord) -> list[str]:
 
 
 def pack_runs(home: Path, out: Path, log: Log) -> None:
-    """runs.tar.gz: every run directory's tables and JSON; rank traces while they fit."""
+    """runs.tar.gz: every run directory's tables and JSON, calibration.json, busbw_check.json; rank
+    traces while they fit."""
     runs = home / "runs"
     if not runs.is_dir():
         return
@@ -498,7 +525,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--record", type=Path, default=None,
                    help=f"also write the record here (default on cuda: {DEFAULT_PATH.relative_to(REPO)})")
-    p.add_argument("--budget-s", type=float, default=450.0, help="optional runs are skipped past this")
+    p.add_argument("--budget-s", type=float, default=420.0, help="optional runs are skipped past this")
     args = p.parse_args(argv)
     if args.record is None and args.device == "cuda":
         args.record = DEFAULT_PATH
@@ -518,7 +545,7 @@ def profile_and_read(spec: RunSpec, env: dict, args, home: Path, busbw_doc: dict
             figures = replace(figures, measured_actions=measured_actions(spec, env, run_dir, log))
         except (RuntimeError, json.JSONDecodeError, KeyError) as e:
             log.line(f"=== recommend --measure {spec.name}: no figures ({type(e).__name__}: {e})")
-    if spec.required and time.perf_counter() - t0 + SINGLE_DEADLINE_S <= args.budget_s:
+    if spec.single_process and time.perf_counter() - t0 + SINGLE_DEADLINE_S <= args.budget_s:
         figures = replace(figures, single_process_step_s=single_process_step_s(spec, env, args.device, home, log))
     return figures
 
@@ -533,10 +560,12 @@ def measure(args, home: Path, t0: float, log: Log) -> tuple[dict, dict, dict | N
     log.line(f"host: {json.dumps(gpus)}\nversions: {json.dumps(versions)}")
     if args.device == "cuda" and gpus["count"] < args.nproc:
         return gpus, versions, None, None, [], [f"{args.nproc} GPUs needed, {gpus['count']} visible"], []
-    step, calibration = calibrate(env, args.device, home, args.out, log)
+    raw = home / "runs"  # calibration.json and busbw_check.json travel in runs.tar.gz
+    raw.mkdir(parents=True, exist_ok=True)
+    step, calibration = calibrate(env, args.device, home, raw, log)
     if not step.ok:
         failed.append(f"advisor calibrate exited {step.returncode}")
-    step, busbw_doc = busbw_check(env, args.device, args.nproc, args.out, log)
+    step, busbw_doc = busbw_check(env, args.device, args.nproc, raw, log)
     if not step.ok or busbw_doc is None:
         failed.append(f"busbw_check exited {step.returncode}")
     elif any(r["wrong"] for r in busbw_doc["rows"]):

@@ -25,9 +25,11 @@
 #   TRAIN_TRY_KERNELS="triton.rms_norm ..." (default the Triton set), TRAIN_TRY_REPS=30; rows to
 #   OUTDIR/train_try_kernel/try_kernel_train.csv, then here:
 #   python3 benchmarks/bench_train_try_kernel.py --merge OUTDIR/train_try_kernel/try_kernel_train.csv --render
-# distributed_runs: DIST_NPROC=N (default: every GPU) ranks; in one call of < 8 min: calibrate, busbw_check
-#   (all-reduce, all-gather, reduce-scatter), DDP / TP / FSDP2 profiles of examples/ddp_mlp.py and tp_mlp.py,
-#   `recommend --measure` of the DDP and FSDP runs with their data-parallel actions; OUTDIR/distributed/.
+# distributed_runs: DIST_NPROC=N (default: every GPU) ranks; in one call of ~DIST_TOTAL_S=510 s: the NCCL
+#   tests of FSDP2 / TP collectives and the bf16 hook's gate (tests/test_data_parallel_gpu.py), then with
+#   what is left: calibrate, busbw_check (all-reduce, all-gather, reduce-scatter), DDP / TP / FSDP2 profiles
+#   of examples/ddp_mlp.py and tp_mlp.py, `recommend --measure` of the DDP (float32) and FSDP runs with their
+#   data-parallel actions; OUTDIR/distributed/ (3 files) beside the two step logs.
 #   Here: python3 benchmarks/distributed_record.py OUTDIR/distributed/distributed.json \
 #         && python3 benchmarks/render_distributed.py
 # multinode: two `advisor profile --nnodes 2` agents on one host, one GPU each, merged (benchmarks/bench_multinode.py,
@@ -86,7 +88,8 @@ for step in "${@:2}"; do
         gpu_tests) run gpu_tests python3 -m pytest -q -m gpu -p no:cacheprovider -n "$(gpu_workers)" tests/ --timeout 300
                    # with one GPU per worker the multi-GPU tests skipped: they run here on all of them
                    [ "$ADVISOR_TEST_GPUS" -gt 1 ] && run gpu_multi_tests env ADVISOR_TEST_GPUS=0 \
-                       python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_distributed_gpu.py
+                       python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_distributed_gpu.py \
+                       tests/test_data_parallel_gpu.py
                    # its timings need the GPU to themselves (they skip under -n)
                    run gpu_timing_tests python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_triton_row_shapes.py ;;
         calibrate) run calibrate python3 -m kernel_advisor calibrate --device cuda --json ;;
@@ -109,8 +112,10 @@ for step in "${@:2}"; do
         coverage) run coverage python3 benchmarks/advice/coverage.py --out "$out/coverage.csv" ;;
         capture_runs) run capture_runs python3 benchmarks/capture_runs.py "$out/gpu_runs.tar.gz" ;;
         kernels_csv) kernels_csv "" ;;
-        distributed_runs) run distributed_runs python3 benchmarks/bench_distributed.py "$out/distributed" \
-                              --nproc "${DIST_NPROC:-$ADVISOR_TEST_GPUS}" --budget-s 470 ;;
+        distributed_runs) run distributed_tests env ADVISOR_TEST_GPUS=0 timeout -k 10 -s INT 170 \
+                              python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_data_parallel_gpu.py
+                          run distributed_runs python3 benchmarks/bench_distributed.py "$out/distributed" \
+                              --nproc "${DIST_NPROC:-$ADVISOR_TEST_GPUS}" --budget-s $((${DIST_TOTAL_S:-510} - SECONDS)) ;;
         kernels_csv_quick) kernels_csv _quick ;;
         kernels_fit) kernels_draw kernels_fit "${KERNELS_FIT_DRAW:-fit-1}" "${KERNELS_FIT_BUDGET_S:-240}" \
                          ${KERNELS_FIT_PROVIDERS:-ours_triton ours_cuda eager liger} ;;

@@ -3,13 +3,14 @@ distributed.json record, the docs renderer, and (slow) the driver end to end on 
 import json
 import subprocess
 import sys
+import tarfile
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from benchmarks import busbw_check as bb
-from benchmarks.bench_distributed import figure_problems, figure_warnings, headline_lines, plain_lines
+from benchmarks.bench_distributed import DDP_ACTIONS, figure_problems, figure_warnings, headline_lines, plain_lines
 from benchmarks.distributed_record import (SCHEMA_VERSION, DistributedRecord, RecordError, RunFigures, busbw_at,
                                           clock_skew_us, read_record, read_records, upsert_record, write_record)
 from benchmarks.render_distributed import BEGIN, END, main as render_main, render, render_all, splice
@@ -208,6 +209,21 @@ def test_gpu_checks_fail_a_run_off_the_calibration():
     assert any("clocks differ by 80" in w for w in figure_warnings(skewed))
 
 
+def test_gpu_checks_fail_the_fp32_run_without_its_measured_actions():
+    measured = [{"action": a, "predicted_gain_frac": None,
+                 "measured": {"status": "passed", "reason": "", "gain_frac": 0.01}} for a in DDP_ACTIONS]
+    fp32 = run_figures(name="ddp_mlp_fp32", measured_actions=measured)
+    assert figure_problems("cuda", 2, record(runs=[run_figures(), fp32])) == []
+    hook_refused = [*measured[:2], {"action": "ddp:bf16_compress", "predicted_gain_frac": None,
+                                    "measured": {"status": "not-applied", "reason": "bfloat16 already"}}]
+    problems = figure_problems("cuda", 2, record(runs=[run_figures(), replace(fp32, measured_actions=hook_refused)]))
+    assert problems == ["ddp_mlp_fp32: ddp:bf16_compress not measured (not-applied: bfloat16 already)"]
+    # an optional run's actions that were not measured are a warning: the record is still written
+    fsdp = run_figures(name="fsdp_mlp", wrapper="fsdp")
+    assert figure_problems("cuda", 2, record(runs=[run_figures(), fp32, fsdp])) == []
+    assert sum("fsdp_mlp: fsdp:" in w for w in figure_warnings(record(runs=[run_figures(), fp32, fsdp]))) == 2
+
+
 # ---------------------------------------------------------------- the docs section
 
 
@@ -275,8 +291,10 @@ def test_driver_on_cpu_end_to_end(tmp_path):
                           "--nproc", "2", "--device", "cpu", "--record", str(rec)],
                          capture_output=True, text=True, timeout=480, cwd=tmp_path)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
-    assert sorted(p.name for p in out.iterdir()) == ["bench_distributed.log", "busbw_check.json",
-                                                     "calibration.json", "distributed.json", "runs.tar.gz"]
+    assert sorted(p.name for p in out.iterdir()) == ["bench_distributed.log", "distributed.json", "runs.tar.gz"]
+    with tarfile.open(out / "runs.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert {"calibration.json", "busbw_check.json", "ddp_mlp/run.json", "ddp_mlp/rank1/comms.csv"} <= names
     got = read_record(rec)
     assert got == read_record(out / "distributed.json")
     run = got.primary()

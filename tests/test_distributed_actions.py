@@ -93,6 +93,32 @@ def test_actions_for_another_wrapper_are_answered_without_launching(tmp_path):
     assert "wrapped by fsdp" in out["ddp:bucket_cap_mb"].reason and not list(tmp_path.iterdir())
 
 
+FSDP_EVIDENCE = {"world_size": 2, "wrapper": "fsdp", "exposed_comm_s": 1e-3, "exposed_comm_pct": 20.0,
+                 "overlap_frac": 0.5, "max_comm_wait_s": 0.0, "max_comm_wait_pct": 0.0}
+
+
+@pytest.mark.parametrize("allgather_overlap, fires", [(0.25, True), (0.59, True), (0.61, False), (0.95, False),
+                                                      (None, False)])  # None: no all-gather (DDP)
+def test_exposed_fsdp_allgathers_recommend_prefetching(allgather_overlap, fires):
+    from test_recommend_support import fp32_run
+
+    from kernel_advisor.recommend.report import action_predictions, recommend
+    from kernel_advisor.recommend.ruleset import load_rules
+
+    ops, seq, meta = fp32_run()
+    meta["distributed"] = {**FSDP_EVIDENCE, "allgather_overlap_frac": allgather_overlap}
+    report = recommend(ops, seq, meta, load_rules(), ())
+    found = {f.rule_id: f for f in report.findings}
+    assert ("dist-fsdp-exposed-allgather" in found) is fires
+    assert "dist-exposed-communication" in found  # 20 % exposed fires it either way
+    if fires:
+        rec = found["dist-fsdp-exposed-allgather"].recommendations[0]
+        assert rec.action == "fsdp:prefetch"
+        assert rec.message.startswith(f"Only {allgather_overlap * 100:.0f} % of FSDP's all-gather time overlaps")
+        assert rec.saving_per_step_s == pytest.approx(0.5e-3)  # exposed-comm: half the 1 ms exposed
+        assert "fsdp:prefetch" in {p["action"] for p in action_predictions(report)}
+
+
 @pytest.mark.slow
 def test_recommend_measure_on_a_two_rank_gloo_run(tmp_path):
     env = {"ADVISOR_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
