@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
     from kernel_advisor.collect.loader import load_model
     from kernel_advisor.render.try_render import try_markdown
     from kernel_advisor.trykernel.driver import run_try_kernel
-    from kernel_advisor.trykernel.sets import TryOptions
+    from kernel_advisor.trykernel.candidates import TryOptions
 
     os.environ.setdefault("ADVISOR_HOME", str(args.out / ".advisor"))  # never saves into a user's runs
     args.out.mkdir(parents=True, exist_ok=True)

@@ -24,25 +24,25 @@ import pandas as pd
 from kernel_advisor.collect.in_memory import Inputs, loaded_from_module
 from kernel_advisor.collect.loader import LoadedModel, load_model
 from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
-from kernel_advisor.pipeline import import_to_run, profile_to_run
 from kernel_advisor.collect.rundir import default_run_dir, load_run, write_json_atomic
 from kernel_advisor.collect.step_time import StepTime, step_time_of
+from kernel_advisor.distributed.measure import measure_distributed, run_wrapper
 from kernel_advisor.errors import UserInputError
 from kernel_advisor.experiment.quiet import LOG_FILE, compilers_to_log
 from kernel_advisor.experiment.search import SearchOptions
-from kernel_advisor.distributed.measure import measure_distributed, run_wrapper
 from kernel_advisor.measure.advice import AdviceMeasurement, measure_report
 from kernel_advisor.measure.document import measured_json
 from kernel_advisor.measure.from_run import load_run_model
-from kernel_advisor.records.recommendations import FILE, RecommendationEntry, RecommendationsRecord
+from kernel_advisor.pipeline import import_to_run, profile_to_run
 from kernel_advisor.recommend.document import recommendations_json
 from kernel_advisor.recommend.explain import CompileReport
 from kernel_advisor.recommend.kernels import registry_kernels
 from kernel_advisor.recommend.report import Report, recommend as recommend_report
 from kernel_advisor.recommend.ruleset import load_rules
+from kernel_advisor.records.recommendations import FILE, RecommendationEntry, RecommendationsRecord
+from kernel_advisor.records.run import RunMeta
 from kernel_advisor.render.html_report import write_report
 from kernel_advisor.render.profile_render import run_warnings
-from kernel_advisor.records.run import RunMeta
 
 Progress = Callable[[str, int, int], None]
 FRAME_COLUMNS = ("rank", "rule_id", "tier", "title", "where", "subjects", "estimated_gain_per_step_s",
@@ -151,7 +151,7 @@ class Run:
                     reps: int = 30, warmup: int = 3, compile: bool = True, progress: Progress | None = None):
         """Substitute bundled kernels into the model, gate and time them (as `advisor try-kernel`)."""
         from kernel_advisor.trykernel.driver import run_try_kernel  # NB: imports the kernels only when asked
-        from kernel_advisor.trykernel.sets import TryOptions
+        from kernel_advisor.trykernel.candidates import TryOptions
 
         loaded, mode = self.model()
         options = TryOptions(mode=mode, draws=draws, reps=reps, warmup=warmup, compile=compile)

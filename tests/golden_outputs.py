@@ -83,7 +83,7 @@ def _imported(out: dict[str, str]) -> dict[str, Path]:
 
 
 def _recommended(out: dict[str, str], runs: dict[str, Path]) -> None:
-    from kernel_advisor.trykernel.prediction import read_recommended_gains
+    from kernel_advisor.trykernel.results import read_recommended_gains
 
     for name, run in runs.items():
         out[f"{name}/report-before-recommend.html"] = _report(run, "plain.html")
@@ -111,7 +111,7 @@ def fixed_measurement(loaded, mode, names, options=None, busy_frac=None, run_dir
     failing its gate, the rest not reached; the plan is the first."""
     from kernel_advisor.collect.loop_timing import Estimate
     from kernel_advisor.experiment.engine import Measured, PlanResult
-    from kernel_advisor.experiment.outcome import Outcome
+    from kernel_advisor.experiment.trial import Outcome
     from kernel_advisor.records.experiments import ExperimentsRecord
 
     shapes = [Outcome("passed", "", "applied", Estimate(1.25, 1.2, 1.3), 0.2, "faster", Estimate(8e-4, 7.9e-4, 8.1e-4)),

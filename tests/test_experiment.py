@@ -17,11 +17,10 @@ from kernel_advisor.collect.loop_timing import Estimate
 from kernel_advisor.collect.runner import make_step
 from kernel_advisor.errors import UserInputError
 from kernel_advisor.experiment import engine, search, space
-from kernel_advisor.experiment.apply import PlannedModel, apply_plan
+from kernel_advisor.experiment.apply import MARK, PlannedModel, apply_plan, write_plan_module
 from kernel_advisor.experiment.budget import FINAL_RESERVE_FRAC, FIRST_COMPILE_MIN_S, Budget
-from kernel_advisor.experiment.emit import MARK, write_plan_module
-from kernel_advisor.experiment.outcome import Outcome
 from kernel_advisor.experiment.search import SearchOptions
+from kernel_advisor.experiment.trial import Outcome
 from kernel_advisor.experiment.variant import Config, make_config
 from kernel_advisor.records.experiments import ExperimentsRecord
 

@@ -52,7 +52,7 @@ def _plain_loop_s(loaded, steps: int, rounds: int = 7) -> float:
                                          ("wide_softmax", "cuda.softmax")])
 def test_try_kernel_and_measure_agree_on_the_same_substitution(tmp_path, monkeypatch, stem, kernel):
     from kernel_advisor.trykernel.driver import run_try_kernel
-    from kernel_advisor.trykernel.sets import TryOptions
+    from kernel_advisor.trykernel.candidates import TryOptions
 
     monkeypatch.chdir(tmp_path)  # no `latest` run: both assume the same (host-bound) routes
     loaded = _loaded(stem)

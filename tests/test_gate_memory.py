@@ -8,13 +8,12 @@ import torch
 
 from kernel_advisor.collect.loader import load_model
 from kernel_advisor.trykernel import reference
-from kernel_advisor.trykernel.candidates import Candidate, default_tolerance
+from kernel_advisor.trykernel.candidates import Candidate, CandidateSet, TryOptions, default_tolerance
 from kernel_advisor.trykernel.capture import Captured, compare_captures
-from kernel_advisor.trykernel.prediction import RunEvidence
+from kernel_advisor.trykernel.driver import gate_candidates, try_candidates
 from kernel_advisor.trykernel.reference import HEADROOM, need_bytes, prepare_reference
-from kernel_advisor.trykernel.sets import CandidateSet, TryOptions
+from kernel_advisor.trykernel.results import RunEvidence
 from kernel_advisor.trykernel.substitute_aten import reference_adapter
-from kernel_advisor.trykernel.variants import gate_candidates, try_candidates
 
 MODEL = textwrap.dedent("""
     import torch, torch.nn as nn, torch.nn.functional as F

@@ -8,17 +8,17 @@ import pytest
 import torch
 from test_recommend_support import BW, CEILINGS, op_row, op_table, run_meta, sequence_from
 
+from kernel_advisor.collect.loop_timing import Estimate
+from kernel_advisor.experiment.engine import Measured, PlanResult
+from kernel_advisor.experiment.trial import Outcome
 from kernel_advisor.measure import advice
 from kernel_advisor.measure.advice import measure_report
-from kernel_advisor.experiment.engine import Measured, PlanResult
-from kernel_advisor.experiment.outcome import Outcome
-from kernel_advisor.records.experiments import ExperimentsRecord
+from kernel_advisor.measure.document import measured_json
+from kernel_advisor.recommend.document import recommendations_json
 from kernel_advisor.recommend.kernels import registry_kernels
 from kernel_advisor.recommend.report import recommend
 from kernel_advisor.recommend.ruleset import load_rules
-from kernel_advisor.measure.document import measured_json
-from kernel_advisor.recommend.document import recommendations_json
-from kernel_advisor.collect.loop_timing import Estimate
+from kernel_advisor.records.experiments import ExperimentsRecord
 
 
 def _report():

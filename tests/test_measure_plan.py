@@ -5,7 +5,7 @@ import pytest
 
 from kernel_advisor.actions import get_action
 from kernel_advisor.collect.loop_timing import Estimate
-from kernel_advisor.experiment.outcome import Outcome
+from kernel_advisor.experiment.trial import Outcome
 from kernel_advisor.experiment.variant import conflicts
 from kernel_advisor.measure.advice import rerank
 from kernel_advisor.measure.modes import credit_note, credited

@@ -11,14 +11,13 @@ import torch
 
 from kernel_advisor.collect.loader import load_model
 from kernel_advisor.trykernel import compiled as kernel_compiled
-from kernel_advisor.trykernel.candidates import Candidate, default_tolerance
+from kernel_advisor.trykernel.candidates import Candidate, CandidateSet, TryOptions, default_tolerance
+from kernel_advisor.trykernel.driver import try_candidates
 from kernel_advisor.trykernel.measure import INTERPRETED, VS_COMPILE
 from kernel_advisor.trykernel.patterns import find_patterns
-from kernel_advisor.trykernel.prediction import RunEvidence
+from kernel_advisor.trykernel.results import RunEvidence
 from kernel_advisor.trykernel.selection import build_sets, load_candidates
-from kernel_advisor.trykernel.sets import CandidateSet, TryOptions
 from kernel_advisor.trykernel.substitute_aten import reference_adapter
-from kernel_advisor.trykernel.variants import try_candidates
 from reference_kernels.registry import all_kernels, get_kernel
 
 pytestmark = [

@@ -8,12 +8,11 @@ from typer.testing import CliRunner
 
 import kernel_advisor.cli
 from kernel_advisor.collect.loader import load_model
-from kernel_advisor.trykernel.candidates import Candidate, default_tolerance
+from kernel_advisor.trykernel.candidates import Candidate, CandidateSet, TryOptions, default_tolerance
+from kernel_advisor.trykernel.driver import try_candidates
 from kernel_advisor.trykernel.measure import INTERPRETED
-from kernel_advisor.trykernel.prediction import RunEvidence
-from kernel_advisor.trykernel.sets import CandidateSet, TryOptions
+from kernel_advisor.trykernel.results import RunEvidence
 from kernel_advisor.trykernel.substitute_aten import reference_adapter
-from kernel_advisor.trykernel.variants import try_candidates
 
 MODEL = textwrap.dedent("""
     import torch, torch.nn as nn, torch.nn.functional as F

@@ -12,10 +12,9 @@ import torch
 
 from kernel_advisor.actions.base import Action, NotApplicable, NotMeasurable, Variant
 from kernel_advisor.collect.loader import LoadedModel
-from kernel_advisor.trykernel.candidates import Candidate, from_spec, installed
+from kernel_advisor.trykernel.candidates import Candidate, CandidateSet, from_spec, installed, new_logs
 from kernel_advisor.trykernel.patterns import find_patterns
 from kernel_advisor.trykernel.selection import kernel_routing
-from kernel_advisor.trykernel.sets import CandidateSet, new_logs
 
 PREFIX = "kernel:"
 

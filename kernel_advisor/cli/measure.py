@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from kernel_advisor import actions
+from kernel_advisor.api import measure_document
 from kernel_advisor.cli import console
 from kernel_advisor.errors import UserInputError
-from kernel_advisor.api import measure_document
-from kernel_advisor.measure.from_run import load_run_model
 from kernel_advisor.experiment.search import SearchOptions
+from kernel_advisor.measure.from_run import load_run_model
 from kernel_advisor.recommend.report import Report
+from kernel_advisor.records.run import RunMeta
 from kernel_advisor.render.measured_render import measured_markdown, render_measured
 from kernel_advisor.render.recommend_render import render_markdown, render_table
-from kernel_advisor.records.run import RunMeta
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ def check_args(args: MeasureArgs) -> None:
         raise UserInputError("--budget-s, --also and --emit-plan only apply with --measure", "add --measure")
     if args.emit_plan is not None:
         from kernel_advisor.cli.outputs import check_output_file
-        from kernel_advisor.experiment.emit import check_plan_path
+        from kernel_advisor.experiment.apply import check_plan_path
 
         check_output_file(args.emit_plan, (".py",), force=True, option="--emit-plan")
         check_plan_path(args.emit_plan)  # and an existing .py only when we wrote it
@@ -78,7 +78,7 @@ def measure_and_render(report: Report, doc: dict[str, Any], meta: Mapping[str, A
 
 
 def _emit_plan(path: Path, m, loaded, mode: str) -> None:
-    from kernel_advisor.experiment.emit import write_plan_module
+    from kernel_advisor.experiment.apply import write_plan_module
     from kernel_advisor.render.measured_render import speedup_text
 
     plan = m.measured.plan

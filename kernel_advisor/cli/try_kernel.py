@@ -11,8 +11,8 @@ from typing import Annotated, Optional
 import typer
 
 from kernel_advisor.cli import console
-from kernel_advisor.cli.options import AutocastOption, Device, DType, Mode, autocast_name
 from kernel_advisor.cli.app import app, guarded
+from kernel_advisor.cli.options import AutocastOption, DType, Device, Mode, autocast_name
 from kernel_advisor.errors import CorrectnessError, UserInputError
 
 
@@ -57,7 +57,7 @@ def try_kernel_cmd(
         _use_triton_interpreter()
     # After TRITON_INTERPRET is set: Triton reads it when a kernel is decorated.
     from kernel_advisor.trykernel.driver import run_try_kernel
-    from kernel_advisor.trykernel.sets import TryOptions
+    from kernel_advisor.trykernel.candidates import TryOptions
 
     loaded = load_model(model, entry=entry, device=dev.type, dtype=dtype.value, seed=seed,
                         autocast=autocast_name(autocast))

@@ -21,7 +21,7 @@ from kernel_advisor.collect.loop_timing import Estimate
 from kernel_advisor.distributed.launch import child_env, rank_failure, resolve_device, run_ranks, torchrun_command
 from kernel_advisor.distributed.measure_worker import MeasureSettings
 from kernel_advisor.errors import AdvisorError, UserInputError
-from kernel_advisor.experiment.outcome import Outcome
+from kernel_advisor.experiment.trial import Outcome
 from kernel_advisor.records.distributed_experiments import FILE, DistributedExperimentsRecord
 
 MODULE = "kernel_advisor.distributed.measure_worker"

@@ -33,7 +33,7 @@ from kernel_advisor.distributed.worker import (RankEnv, _record_failure, _redire
                                                rank_env)
 from kernel_advisor.distributed.wrap import wrap_model
 from kernel_advisor.experiment.gate import GateRecord
-from kernel_advisor.experiment.outcome import Outcome
+from kernel_advisor.experiment.trial import Outcome
 from kernel_advisor.records.distributed_experiments import DistributedExperimentsRecord
 from kernel_advisor.trykernel.candidates import default_tolerance
 from kernel_advisor.trykernel.capture import Captured, capture_step, compare_captures

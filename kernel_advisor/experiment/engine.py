@@ -19,10 +19,9 @@ from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.loop_timing import Estimate
 from kernel_advisor.collect.rundir import write_json_atomic
 from kernel_advisor.errors import UserInputError
-from kernel_advisor.experiment.outcome import Outcome
 from kernel_advisor.experiment.quiet import LOG_FILE
 from kernel_advisor.experiment.search import SearchOptions, SearchState, search
-from kernel_advisor.experiment.trial import Progress, Trial
+from kernel_advisor.experiment.trial import Outcome, Progress, Trial
 from kernel_advisor.records.experiments import FILE, ExperimentsRecord
 from kernel_advisor.trykernel.reference import prepare_reference
 

@@ -24,13 +24,12 @@ from typing import Callable, Iterator, Sequence
 import torch
 
 from kernel_advisor.collect.loader import LoadedModel
-from kernel_advisor.collect.loop_timing import (Estimate, interleaved_windows_s, median_ci, regime_label,
-                                               speedup_ci, autorange_steps, synchronized_s, verdict)
+from kernel_advisor.collect.loop_timing import (Estimate, autorange_steps, interleaved_windows_s, median_ci,
+                                                regime_label, speedup_ci, synchronized_s, verdict)
 from kernel_advisor.collect.runner import timed_loop
 from kernel_advisor.experiment import space
 from kernel_advisor.experiment.budget import Budget
-from kernel_advisor.experiment.outcome import Outcome
-from kernel_advisor.experiment.trial import Progress, Trial, gate_trials, prepare_trial
+from kernel_advisor.experiment.trial import Outcome, Progress, Trial, gate_trials, prepare_trial
 from kernel_advisor.experiment.variant import EAGER, Config
 from kernel_advisor.trykernel import compiled as kernel_compiled
 from kernel_advisor.trykernel.capture import GateDraws

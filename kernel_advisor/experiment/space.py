@@ -15,7 +15,7 @@ import torch
 
 from kernel_advisor.actions import NONE, get_action, is_known
 from kernel_advisor.collect.loader import LoadedModel
-from kernel_advisor.experiment.outcome import Outcome
+from kernel_advisor.experiment.trial import Outcome
 from kernel_advisor.experiment.variant import Config, conflicts, make_config
 
 CHANNELS_LAST = "channels_last"

@@ -17,9 +17,8 @@ from typing import Callable, Mapping, Sequence
 from kernel_advisor.actions import NONE, is_distributed, is_known
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.experiment.engine import Measured, measure_actions
-from kernel_advisor.experiment.outcome import Outcome
 from kernel_advisor.experiment.search import SearchOptions
-from kernel_advisor.experiment.trial import Progress
+from kernel_advisor.experiment.trial import Outcome, Progress
 from kernel_advisor.measure.modes import credit_note, credited
 from kernel_advisor.recommend.engine import Finding, Recommendation
 from kernel_advisor.recommend.report import Report, action_gain_frac

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernel_advisor.experiment.outcome import Outcome
+from kernel_advisor.experiment.trial import Outcome
 from kernel_advisor.measure.advice import AdviceMeasurement, finding_gain, rec_key
 from kernel_advisor.recommend.engine import Finding
 from kernel_advisor.recommend.report import Report

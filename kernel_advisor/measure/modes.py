@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from kernel_advisor.actions import NONE, get_action
-from kernel_advisor.experiment.outcome import Outcome
+from kernel_advisor.experiment.trial import Outcome
 
 
 def credited(name: str, outcomes: Mapping[str, Outcome]) -> str:

@@ -29,7 +29,7 @@ def _row_ids(rec: Recommendation) -> list[int]:
 
 def _rec_dict(rec: Recommendation, rank: int) -> dict[str, Any]:
     """One entry of "recommendations"; key names follow what analyze/run_extras.py and
-    trykernel/prediction.py read (rule_id, tier, estimated_gain_*, kernel_id, row_ids)."""
+    trykernel/results.py read (rule_id, tier, estimated_gain_*, kernel_id, row_ids)."""
     evidence = {k: v for k, v in rec.evidence.items() if k not in _DROP_FROM_EVIDENCE}
     return {
         "rank": rank, "rule_id": rec.rule_id, "tier": rec.tier, "title": rec.title, "scope": rec.scope,

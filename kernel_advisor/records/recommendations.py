@@ -21,7 +21,7 @@ RERUN = "`advisor recommend`"
 
 @dataclass(frozen=True)
 class Measured:
-    """What `--measure` found for one recommendation's action (measure/outcome.py writes it)."""
+    """What `--measure` found for one recommendation's action (measure/document.py writes it)."""
 
     status: str  # passed | failed-gate | not-applied | not-measurable | error
     reason: str

@@ -8,7 +8,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from kernel_advisor.experiment.outcome import Outcome
+from kernel_advisor.experiment.trial import Outcome
 from kernel_advisor.measure.advice import AdviceMeasurement
 from kernel_advisor.measure.document import actions_ranked, finding_outcome
 from kernel_advisor.recommend.report import Report

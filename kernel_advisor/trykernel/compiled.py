@@ -26,9 +26,8 @@ import torch
 
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.trykernel.calls import CallLog
-from kernel_advisor.trykernel.candidates import Candidate
+from kernel_advisor.trykernel.candidates import Candidate, CandidateSet, TryOptions, compile_name
 from kernel_advisor.trykernel.capture import GateRecord
-from kernel_advisor.trykernel.sets import CandidateSet, TryOptions, compile_name
 from kernel_advisor.trykernel.substitute_function import KernelFunctionMode, covers, routes_for
 from kernel_advisor.trykernel.substitute_module import ModuleSwap, build_forwards, patched_forwards
 

@@ -18,16 +18,15 @@ from torch.profiler import ProfilerActivity, profile
 
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.profiler_output import quietly
-from kernel_advisor.collect.runner import make_step
 from kernel_advisor.collect.rundir import load_run, resolve_run
+from kernel_advisor.collect.runner import make_step
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
-from kernel_advisor.trykernel.candidates import Candidate, applies, combine, from_spec
+from kernel_advisor.records.run import RunMeta
+from kernel_advisor.trykernel.candidates import Candidate, CandidateSet, applies, combine, from_spec
 from kernel_advisor.trykernel.patterns import PatternMatch
-from kernel_advisor.trykernel.prediction import RunEvidence, evidence_from_run
-from kernel_advisor.trykernel.sets import CandidateSet
+from kernel_advisor.trykernel.results import RunEvidence, evidence_from_run
 from kernel_advisor.trykernel.substitute_aten import dispatch_cost_s
 from reference_kernels.routes import host_bound
-from kernel_advisor.records.run import RunMeta
 
 
 @dataclass(frozen=True)
