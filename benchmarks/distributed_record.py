@@ -158,9 +158,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
 
 def clean(value: Any) -> Any:
     """NaN/inf → None, recursively: the record stays strict JSON."""
@@ -236,3 +233,7 @@ def clock_skew_us(ends_by_rank: dict[int, list[float]]) -> dict:
 def _median(values: list[float]) -> float:
     mid = len(values) // 2
     return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
