@@ -139,18 +139,22 @@ def _choose(recs: Sequence[Recommendation], row_id: int) -> Recommendation | Non
     return None
 
 
+AT_TARGET = {"roofline": "already where", "measured-backend": "already faster than where"}
+
+
 def _at_target(engine: Engine, op: Subject) -> str | None:
     """The evidence that an op is already where its rungs would bring it: a rung whose every
     condition holds but whose gain model finds the op at or past its target (a memory-bound op at
     77 % of bandwidth, which compile would bring to 70 %). None when no rung applies at all."""
-    # roofline only: there a zero saving means "at the target"; a measured kernel's zero means it lost
-    for rule in (r for r in engine.rules if r.tier in LADDER and r.scope == "op" and r.gain.model == "roofline"):
+    # A roofline zero means "at the target", a backend table's zero "on the fastest backend measured
+    # here"; a measured kernel's zero means the kernel lost, which is no evidence about the op.
+    for rule in (r for r in engine.rules if r.tier in LADDER and r.scope == "op" and r.gain.model in AT_TARGET):
         checks, spec = evaluate_rule(engine, rule, op)
         if _failing(checks):
             continue
         rec = recommendation(engine, rule, op, checks, spec)
         if rec.saving_per_step_s == 0.0:
-            return f"already where {rule.id} would bring it: {rec.gain_basis}"
+            return f"{AT_TARGET[rule.gain.model]} {rule.id} would bring it: {rec.gain_basis}"
     return None
 
 
