@@ -11,6 +11,8 @@ from typer.testing import CliRunner
 
 from kernel_advisor.cli import app
 
+# One profile and a 30 s search shared by the module: about 40 s on 2 cores, so with the slow tests.
+pytestmark = pytest.mark.slow
 runner = CliRunner()
 MODEL = os.path.join(os.path.dirname(__file__), "data", "llama_naive.py")
 STATUSES = {"passed", "failed-gate", "not-applied", "not-measurable", "error"}
