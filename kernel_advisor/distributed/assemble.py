@@ -65,16 +65,20 @@ def ranks_document(merged: Merged, metas: list[dict], ceiling: BusCeiling) -> di
         ranks.append({**row, "device": meta["rank"]["device"], "device_name": meta["device"]["name"],
                       "step_wall_s": meta["step_wall_s"], "unprofiled_step_wall_s": meta["unprofiled_step_wall_s"],
                       "files": files})
-    return json_clean({
-        "world_size": merged.world_size, "backend": info["backend"], "wrapper": info["wrapper"],
+    return json_clean({"world_size": merged.world_size, "backend": info["backend"], "wrapper": info["wrapper"],
+                       **merged_sections(merged, ranks, ceiling)})
+
+
+def merged_sections(merged: Merged, ranks: list[dict], ceiling: BusCeiling) -> dict:
+    """What ranks.json says of the merged ranks, whether they were profiled here or imported."""
+    return {
         "straggler": {"ratio": merged.straggler_ratio, "slowest_rank": merged.slowest_rank,
                       "fastest_rank": merged.fastest_rank, "min_ratio": STRAGGLER_MIN_RATIO,
                       "ranks": merged.evidence["straggler_ranks"], "waited_for_rank": merged.evidence["waited_for_rank"],
                       "max_comm_wait_s": merged.evidence["max_comm_wait_s"], "wait_min_pct": WAIT_MIN_PCT},
         "ranks": ranks, "collectives": merged.collectives.to_dict("records"),
-        "calls_aligned": merged.calls_aligned, "interconnect": ceiling.to_json(),
-        "summary": merged.evidence,
-    })
+        "calls_aligned": merged.calls_aligned, "interconnect": ceiling.to_json(), "summary": merged.evidence,
+    }
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernel_advisor.collect.rundir import write_json_atomic, write_table
-from kernel_advisor.distributed.assemble import RANKS_FILE, json_clean, rank_dir_name
+from kernel_advisor.distributed.assemble import RANKS_FILE, json_clean, merged_sections, rank_dir_name
 from kernel_advisor.distributed.interconnect import bus_ceiling
-from kernel_advisor.distributed.merge import STRAGGLER_MIN_RATIO, WAIT_MIN_PCT, Merged, merge_ranks, numbered_calls
+from kernel_advisor.distributed.merge import Merged, merge_ranks, numbered_calls
 from kernel_advisor.distributed.rank_files import RankFile, rank_files
 from kernel_advisor.distributed.rank_summary import RankSummary
 from kernel_advisor.distributed.skew import call_spreads, lateness_table, skew_table
@@ -47,17 +47,9 @@ def import_document(merged: Merged, files: list[RankFile], summaries: list[RankS
         ranks.append({**row, "device": s.device_type, "device_name": s.device_name, "step_wall_s": s.step_wall_s,
                       "source_trace": str(f.path.relative_to(directory)), "rank_from": f.rank_from,
                       "files": {"comms": f"{rank_dir_name(s.rank)}/{COMMS_FILE}"}})
-    return json_clean({
-        "world_size": merged.world_size, "backend": backend, "wrapper": "unknown", "source": "import",
-        "source_dir": str(directory),
-        "straggler": {"ratio": merged.straggler_ratio, "slowest_rank": merged.slowest_rank,
-                      "fastest_rank": merged.fastest_rank, "min_ratio": STRAGGLER_MIN_RATIO,
-                      "ranks": merged.evidence["straggler_ranks"], "waited_for_rank": merged.evidence["waited_for_rank"],
-                      "max_comm_wait_s": merged.evidence["max_comm_wait_s"], "wait_min_pct": WAIT_MIN_PCT},
-        "ranks": ranks, "collectives": merged.collectives.to_dict("records"),
-        "calls_aligned": merged.calls_aligned, "interconnect": ceiling.to_json(),
-        "skew": skew_document(summaries), "summary": merged.evidence,
-    })
+    return json_clean({"world_size": merged.world_size, "backend": backend, "wrapper": "unknown", "source": "import",
+                       "source_dir": str(directory), **merged_sections(merged, ranks, ceiling),
+                       "skew": skew_document(summaries)})
 
 
 def import_rank_dir(directory: Path, args: dict, out_dir: Path, workers: int | None = None,

@@ -25,11 +25,11 @@ from typing import Callable
 
 from kernel_advisor.hardware.calibrate import NCCL_SAFE_ENV
 from kernel_advisor.collect.rundir import RunWriter
-from kernel_advisor.distributed.assemble import assemble_run, check_ranks_complete, rank_dir_name
+from kernel_advisor.distributed.assemble import assemble_run, check_ranks_complete
 from kernel_advisor.distributed.nodes import write_node_record
 from kernel_advisor.distributed.rank_output import RANK_FILES
 from kernel_advisor.distributed.rendezvous import Rendezvous, check_rendezvous
-from kernel_advisor.distributed.worker import WorkerSettings, error_path, log_path
+from kernel_advisor.distributed.worker import WorkerSettings, log_path
 from kernel_advisor.errors import (
     AdvisorError, CorrectnessError, EnvironmentCapabilityError, ExitCode, UserInputError)
 

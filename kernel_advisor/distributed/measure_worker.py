@@ -19,7 +19,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 import torch.distributed as dist
 
 from kernel_advisor.actions import NotApplicable, NotMeasurable, Variant, get_action
@@ -29,8 +28,7 @@ from kernel_advisor.collect.loop_timing import median_ci, regime_label, speedup_
 from kernel_advisor.collect.rundir import write_json_atomic
 from kernel_advisor.collect.runner import timed_loop
 from kernel_advisor.distributed.lockstep import agreed_steps, lockstep_windows_s
-from kernel_advisor.distributed.worker import (RankEnv, _record_failure, _redirect_output, log_path, rank_device,
-                                               rank_env)
+from kernel_advisor.distributed.worker import RankEnv, rank_device, run_rank
 from kernel_advisor.distributed.wrap import wrap_model
 from kernel_advisor.experiment.gate import GateRecord
 from kernel_advisor.experiment.trial import Outcome
@@ -187,15 +185,7 @@ def measure_rank(s: MeasureSettings, env: RankEnv) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    settings = MeasureSettings.read(Path(argv[0]))
-    env = rank_env()
-    _redirect_output(log_path(settings.log_dir, env.rank))
-    try:
-        measure_rank(settings, env)
-    except BaseException as e:  # noqa: BLE001 - every failure must reach the launcher as a record
-        return _record_failure(settings, env, e)
-    dist.destroy_process_group()
-    return 0
+    return run_rank(MeasureSettings.read(Path(argv[0])), measure_rank)
 
 
 if __name__ == "__main__":

@@ -143,19 +143,24 @@ def _record_failure(settings: WorkerSettings, env: RankEnv, exc: BaseException) 
     return code
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    settings = WorkerSettings.read(Path(argv[0]))
+def run_rank(settings, work) -> int:
+    """One rank's process: its output to its log, `work(settings, env)`, and any failure written
+    as a record the launcher reads; the exit code."""
     env = rank_env()
     _redirect_output(log_path(settings.log_dir, env.rank))
     try:
-        profile_rank(settings, env)
+        work(settings, env)
     except BaseException as e:  # noqa: BLE001 - every failure must reach the launcher as a record
         # No destroy_process_group here: peers may still wait in a collective, and torchrun
         # stops them once this process exits.
         return _record_failure(settings, env, e)
     dist.destroy_process_group()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    return run_rank(WorkerSettings.read(Path(argv[0])), profile_rank)
 
 
 if __name__ == "__main__":

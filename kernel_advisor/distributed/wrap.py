@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from kernel_advisor.actions.data_parallel import repeated_blocks, shard_blocks

@@ -9,7 +9,7 @@ import contextlib
 import functools
 import inspect
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
