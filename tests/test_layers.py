@@ -138,7 +138,7 @@ def test_no_two_public_names_alike():
 
 # run.json keys read by string outside records/ (RunMeta's attributes instead), still to move;
 # attention_graph.py reads torch.fx's Node.meta, which is not run.json.
-META_BY_STRING = {"distributed", "actions/attention_graph.py", "cli/import_trace.py", "cli/merge.py"}
+META_BY_STRING = {"distributed", "actions/attention_graph.py"}
 
 
 def test_run_json_is_read_through_records():

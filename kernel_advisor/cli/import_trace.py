@@ -53,9 +53,9 @@ def _import_ranks(directory: Path, mode: Mode, out: Optional[Path], top: int, wo
     """Rank 0's hotspots, the per-rank table, the collectives and their skew across ranks."""
     from kernel_advisor import api
     from kernel_advisor.distributed.assemble import load_ranks_document
-    from kernel_advisor.render.dist_render import collective_table, distributed_json, distributed_line, rank_table
-    from kernel_advisor.render.multirank_render import skew_table
-    from kernel_advisor.render.profile_render import hotspot_table, run_warnings, summary_line
+    from kernel_advisor.render.dist_render import distributed_json
+    from kernel_advisor.render.multirank_render import multirank_output, skew_table
+    from kernel_advisor.render.profile_render import run_warnings
 
     progress, report = console.step_progress(enabled=not json_out)
     with progress:
@@ -65,11 +65,7 @@ def _import_ranks(directory: Path, mode: Mode, out: Optional[Path], top: int, wo
         console.out.print_json(distributed_json(run.meta, run.ops, run.path, top, doc))
     else:
         title = f"Top hotspots — rank 0 of {doc['world_size']} — imported {directory.name}"
-        console.out.print(hotspot_table(run.ops, top, title=title))
-        console.out.print(rank_table(doc))
-        console.out.print(collective_table(doc))
-        console.out.print(skew_table(doc))
-        console.out.print(summary_line(run.meta, run.path))
-        console.out.print(distributed_line(run.meta["distributed"]))
+        for part in multirank_output(run, doc, top, title, after=[skew_table(doc)]):
+            console.out.print(part)
     for line in run_warnings(run.meta):
         console.warn(line)

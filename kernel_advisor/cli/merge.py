@@ -28,9 +28,9 @@ def merge_cmd(
     from kernel_advisor import api
     from kernel_advisor.distributed.assemble import load_ranks_document
     from kernel_advisor.records.node import NodesRecord
-    from kernel_advisor.render.dist_render import collective_table, distributed_json, distributed_line, rank_table
-    from kernel_advisor.render.multirank_render import link_table, node_table
-    from kernel_advisor.render.profile_render import hotspot_table, run_warnings, summary_line
+    from kernel_advisor.render.dist_render import distributed_json
+    from kernel_advisor.render.multirank_render import link_table, multirank_output, node_table
+    from kernel_advisor.render.profile_render import run_warnings
 
     run = api.merge_nodes(node_dirs, out=out)
     doc = load_ranks_document(run.path)
@@ -39,12 +39,7 @@ def merge_cmd(
         console.out.print_json(distributed_json(run.meta, run.ops, run.path, top, {**doc, "nodes": nodes}))
     else:
         title = f"Top hotspots — rank 0 of {doc['world_size']} on {nodes['nnodes']} nodes"
-        console.out.print(hotspot_table(run.ops, top, title=title))
-        console.out.print(rank_table(doc))
-        console.out.print(node_table(nodes))
-        console.out.print(link_table(nodes))
-        console.out.print(collective_table(doc))
-        console.out.print(summary_line(run.meta, run.path))
-        console.out.print(distributed_line(run.meta["distributed"]))
+        for part in multirank_output(run, doc, top, title, before=[node_table(nodes), link_table(nodes)]):
+            console.out.print(part)
     for line in run_warnings(run.meta):
         console.warn(line)

@@ -2,9 +2,12 @@
 and the nodes and links of a merged multi-node run."""
 from __future__ import annotations
 
+from typing import Sequence
+
 from rich.table import Table
 
-from kernel_advisor.render.dist_render import COLLECTIVE_LABEL
+from kernel_advisor.render.dist_render import COLLECTIVE_LABEL, collective_table, distributed_line, rank_table
+from kernel_advisor.render.profile_render import hotspot_table, summary_line
 from kernel_advisor.render.units import fmt_frac_pct, fmt_si, fmt_time_s
 
 
@@ -72,3 +75,11 @@ def _ranks_text(ranks: list[int]) -> str:
     if ranks and ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
         return f"{ranks[0]}–{ranks[-1]}"
     return ", ".join(map(str, ranks))
+
+
+def multirank_output(run, doc: dict, top: int, title: str, before: Sequence[Table] = (),
+                     after: Sequence[Table] = ()) -> list:
+    """What `import DIR/` and `merge` print: rank 0's hotspots, the per-rank table, the command's
+    own tables before and after the collectives, then the run's summary lines."""
+    return [hotspot_table(run.ops, top, title=title), rank_table(doc), *before, collective_table(doc), *after,
+            summary_line(run.meta, run.path), distributed_line(run.meta.distributed)]
