@@ -110,7 +110,7 @@ def fixed_measurement(loaded, mode, names, options=None, busy_frac=None, run_dir
     """What the search would return, fixed: the first action faster, the second slower, the third
     failing its gate, the rest not reached; the plan is the first."""
     from kernel_advisor.collect.loop_timing import Estimate
-    from kernel_advisor.experiment.engine import Measured, PlanResult
+    from kernel_advisor.experiment.engine import SearchResult, PlanResult
     from kernel_advisor.experiment.trial import Outcome
     from kernel_advisor.records.experiments import ExperimentsRecord
 
@@ -126,7 +126,7 @@ def fixed_measurement(loaded, mode, names, options=None, busy_frac=None, run_dir
                    for n, o in outcomes.items())
     record = ExperimentsRecord(True, False, 60.0, 12.0, "back-to-back", {"value": 1e-3, "low": 9.5e-4, "high": 1.05e-3},
                                None, None, trials, {"config": " + ".join(plan_actions), "speedup": 1.25})
-    return Measured(outcomes, plan, Estimate(1e-3, 9.5e-4, 1.05e-3), None, "float64 eager", "back-to-back steps",
+    return SearchResult(outcomes, plan, Estimate(1e-3, 9.5e-4, 1.05e-3), None, "float64 eager", "back-to-back steps",
                     record, 10)
 
 

@@ -78,14 +78,14 @@ def test_median_time_runs_warmup_then_flushes_each_rep():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU error")
 def test_cuda_without_gpu_is_an_environment_error():
     with pytest.raises(EnvironmentCapabilityError) as e:
-        K.resolve_device("cuda")
+        K.calibration_device("cuda")
     assert "--device cpu" in e.value.fix
-    assert K.resolve_device("auto") == "cpu"
+    assert K.calibration_device("auto") == "cpu"
 
 
 def test_unknown_device_is_bad_input():
     with pytest.raises(UserInputError):
-        K.resolve_device("tpu")
+        K.calibration_device("tpu")
 
 
 def test_gpu_plan_follows_capability():

@@ -11,7 +11,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from kernel_advisor import dtypes
 from kernel_advisor.analyze.costs import dtypes as cost_dtypes
-from kernel_advisor.collect.attribute import PROFILER_TYPES, dtype_name
+from kernel_advisor.collect.attribute import PROFILER_TYPES, profiler_dtype_name
 from kernel_advisor.distributed import comms
 from kernel_advisor.recommend.shapes import tensor_args
 
@@ -57,8 +57,8 @@ def test_every_name_the_profiler_gives_has_torchs_itemsize(recorded_types):
         assert size == getattr(torch, name).itemsize
         assert dtypes.itemsize_bytes(recorded) == size, recorded
         assert dtypes.itemsize_bytes(name) == size and dtypes.ITEMSIZE_BYTES[name] == size
-        assert cost_dtypes.itemsize_bytes(cost_dtypes.normalize_dtype(recorded)) == size
-        assert comms.itemsize_bytes(recorded) == size
+        assert cost_dtypes.checked_itemsize_bytes(cost_dtypes.normalize_dtype(recorded)) == size
+        assert comms.itemsize_bytes_or_nan(recorded) == size
 
 
 @pytest.mark.parametrize("scalar_type,torch_name", sorted(dtypes.SCALAR_TYPE_NAMES.items()))
@@ -69,7 +69,7 @@ def test_scalar_type_names_match_torch(scalar_type, torch_name):
         legacy = torch.empty(1, dtype=getattr(torch, torch_name)).type()
     assert legacy == f"torch.{scalar_type}Tensor"
     assert dtypes.dtype_name(scalar_type) == torch_name
-    assert comms.itemsize_bytes(scalar_type) == torch_itemsize(torch_name)
+    assert comms.itemsize_bytes_or_nan(scalar_type) == torch_itemsize(torch_name)
 
 
 def test_scalar_type_codes_are_what_the_profiler_records():
@@ -93,13 +93,13 @@ def test_sizes_cover_every_torch_dtype():
 def test_unknown_names_have_no_size():
     for name in ("scalar", "", "Scalar", "TensorList", "Tensor", "no_such_dtype", "__class__"):
         assert dtypes.itemsize_bytes(name) is None, name
-        assert math.isnan(comms.itemsize_bytes(name))
+        assert math.isnan(comms.itemsize_bytes_or_nan(name))
     assert dtypes.itemsize_bytes(None) is None and not dtypes.is_floating(None)
 
 
 def test_attribution_names_come_from_the_one_table():
     assert all(PROFILER_TYPES[k] == v for k, v in dtypes.PROFILER_NAMES.items())
-    assert (dtype_name("Scalar"), dtype_name(""), dtype_name("c10::Float8_e4m3fnuz")) == \
+    assert (profiler_dtype_name("Scalar"), profiler_dtype_name(""), profiler_dtype_name("c10::Float8_e4m3fnuz")) == \
         ("scalar", "", "float8_e4m3fnuz")
 
 

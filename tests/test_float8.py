@@ -14,7 +14,7 @@ from test_recommend_support import op_row, op_table, run_meta, sequence_from
 
 from kernel_advisor import actions
 from kernel_advisor.actions import NotApplicable, get_action, precision
-from kernel_advisor.actions.base import patched_forwards
+from kernel_advisor.actions.base import instance_forwards
 from kernel_advisor.experiment.variant import conflicts
 from kernel_advisor.recommend.report import recommend
 from kernel_advisor.recommend.ruleset import builtin_rules_dir, load_rule_file, load_rules
@@ -206,7 +206,7 @@ def test_float8_refuses_a_model_whose_forwards_another_action_swapped(monkeypatc
     model = _mlp()
     loaded = _on_fake_cuda(loaded_of(model, seeded(4, 64)), monkeypatch)
     first = model[0]
-    with patched_forwards([(first, lambda x: first.__class__.forward(first, x))]):
+    with instance_forwards([(first, lambda x: first.__class__.forward(first, x))]):
         with pytest.raises(NotApplicable, match="a float8 copy would run the originals"):
             get_action("float8").prepare(loaded, "inference")
 

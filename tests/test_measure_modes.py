@@ -9,7 +9,7 @@ import torch
 from test_recommend_support import BW, CEILINGS, op_row, op_table, run_meta, sequence_from
 
 from kernel_advisor.collect.loop_timing import Estimate
-from kernel_advisor.experiment.engine import Measured, PlanResult
+from kernel_advisor.experiment.engine import SearchResult, PlanResult
 from kernel_advisor.experiment.trial import Outcome
 from kernel_advisor.measure import advice
 from kernel_advisor.measure.advice import measure_report
@@ -48,7 +48,7 @@ def measured_with(monkeypatch):
                        default=None)
             plan = PlanResult((best,), got[best]) if best else PlanResult((), Outcome("not-applied"))
             record = ExperimentsRecord(True, False, None, 0.0, "", None, None, None, (), None)
-            return Measured(got, plan, None, None, "", "", record)
+            return SearchResult(got, plan, None, None, "", "", record)
 
         monkeypatch.setattr(advice, "measure_actions", fake)
         report = _report()

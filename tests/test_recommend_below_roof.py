@@ -93,7 +93,7 @@ def _table(cudnn_ms: float, flash_ms: float, gpu: str = "NVIDIA H200") -> pd.Dat
 @pytest.fixture
 def backend_table(monkeypatch):
     def use(table: pd.DataFrame) -> None:
-        monkeypatch.setattr(backend_gain, "read_table", lambda *a: table)
+        monkeypatch.setattr(backend_gain, "read_backend_table", lambda *a: table)
     return use
 
 

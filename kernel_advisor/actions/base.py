@@ -111,7 +111,7 @@ def stacked(variants: Sequence[Variant]) -> Variant:
 
 
 @contextlib.contextmanager
-def patched_forwards(patches: Sequence["tuple[torch.nn.Module, Callable]"]):
+def instance_forwards(patches: Sequence["tuple[torch.nn.Module, Callable]"]):
     """Instance-level `forward` overrides, removed on exit.
 
     The same function objects are installed on every entry, so a torch.compile of the

@@ -42,7 +42,7 @@ def candidate(action_name: str, loaded: LoadedModel, busy_frac: float | None = N
     return from_spec(spec, matches, bound, dispatch_s)
 
 
-def prepare(action_name: str, loaded: LoadedModel, mode: str, busy_frac: float | None = None) -> Variant:
+def prepare_kernel(action_name: str, loaded: LoadedModel, mode: str, busy_frac: float | None = None) -> Variant:
     c = candidate(action_name, loaded, busy_frac)
     logs = new_logs(CandidateSet(c.id, (c,)))
     log = logs[c.id]
@@ -53,4 +53,4 @@ def prepare(action_name: str, loaded: LoadedModel, mode: str, busy_frac: float |
 
 
 def action_for(name: str) -> Action:
-    return Action(name, f"bundled kernel {kernel_id(name)}", "kernel", functools.partial(prepare, name))
+    return Action(name, f"bundled kernel {kernel_id(name)}", "kernel", functools.partial(prepare_kernel, name))

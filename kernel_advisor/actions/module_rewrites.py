@@ -11,7 +11,7 @@ import copy
 import torch
 import torch.nn.functional as F
 
-from kernel_advisor.actions.base import Action, NotApplicable, Variant, patched_forwards
+from kernel_advisor.actions.base import Action, NotApplicable, Variant, instance_forwards
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.tree import map_tensors
 from kernel_advisor.trykernel.patterns import RMSNormMatch, find_patterns
@@ -31,7 +31,7 @@ def prepare_rms_norm_module(loaded: LoadedModel, mode: str) -> Variant:
     tally = [0, 0]
     patches = [(m.module, _rms_forward(m, tally)) for m in matches]
     return Variant("rms_norm_module", loaded.model, f"{len(matches)} RMSNorm module(s) through F.rms_norm",
-                   context=lambda: patched_forwards(patches), counters=lambda: (tally[0], tally[1]))
+                   context=lambda: instance_forwards(patches), counters=lambda: (tally[0], tally[1]))
 
 
 def _rms_forward(match: RMSNormMatch, tally: list[int]):
@@ -78,7 +78,7 @@ def prepare_pad_gemm(loaded: LoadedModel, mode: str) -> Variant:
     shapes = ", ".join(f"{m.in_features}x{m.out_features}" for m in linears[:3])
     more = f" (+{len(linears) - 3} more)" if len(linears) > 3 else ""
     return Variant("pad_gemm", loaded.model, f"{len(linears)} Linear layer(s) padded: {shapes}{more}",
-                   context=lambda: patched_forwards(patches))
+                   context=lambda: instance_forwards(patches))
 
 
 def _misaligned(m: torch.nn.Linear) -> bool:

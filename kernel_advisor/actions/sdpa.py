@@ -17,7 +17,7 @@ import torch
 import torch.fx as fx
 
 from kernel_advisor.actions.attention_graph import Site, combine_masks, find_sites, rewrite
-from kernel_advisor.actions.base import Action, NotApplicable, Variant, patched_forwards
+from kernel_advisor.actions.base import Action, NotApplicable, Variant, instance_forwards
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.runner import make_step
 from kernel_advisor.collect.tree import tensor_leaves
@@ -33,7 +33,7 @@ class Swap:
     shapes: tuple  # the input shapes it was captured at; other shapes run the original
 
 
-def prepare(loaded: LoadedModel, mode: str) -> Variant:
+def prepare_sdpa(loaded: LoadedModel, mode: str) -> Variant:
     if not isinstance(loaded.model, torch.nn.Module):
         raise NotApplicable("the model is a callable, not an nn.Module")
     swaps, misses = _swaps(loaded, mode)
@@ -44,7 +44,7 @@ def prepare(loaded: LoadedModel, mode: str) -> Variant:
     patches = [(s.module, _forward(s, tally)) for s in swaps]
     sites = sum(s.sites for s in swaps)
     return Variant("sdpa", loaded.model, f"{sites} attention site(s) in {len(swaps)} module(s) through SDPA",
-                   context=lambda: patched_forwards(patches), counters=lambda: (tally[0], tally[1]))
+                   context=lambda: instance_forwards(patches), counters=lambda: (tally[0], tally[1]))
 
 
 def _swaps(loaded: LoadedModel, mode: str) -> tuple[list[Swap], list[str]]:
@@ -165,7 +165,7 @@ def _node_values(gm: fx.GraphModule, nodes: list[fx.Node], args: tuple, kwargs: 
     return found if len(found) == len(wanted) else None
 
 
-SDPA = Action("sdpa", "F.scaled_dot_product_attention for written-out attention", "library", prepare)
+SDPA = Action("sdpa", "F.scaled_dot_product_attention for written-out attention", "library", prepare_sdpa)
 
 
 # ------------------------------------------------------------
@@ -199,7 +199,7 @@ def _context(first: str):
 def _preparer(name: str):
     first = BACKENDS[name]
 
-    def prepare(loaded: LoadedModel, mode: str) -> Variant:
+    def prepare_sdpa(loaded: LoadedModel, mode: str) -> Variant:
         if loaded.device.type != "cuda":
             raise NotApplicable("the fused attention backends run on CUDA devices only; this run is on the CPU")
         if torch.cuda.get_device_capability(loaded.device) < MIN_CAPABILITY:
@@ -209,7 +209,7 @@ def _preparer(name: str):
         applied = f"sdpa_kernel([{', '.join(priority(first))}], set_priority=True) around the step"
         return Variant(name, loaded.model, applied, context=_context(first))
 
-    return prepare
+    return prepare_sdpa
 
 
 # effort 0: one context manager around the step, no change to the model's code.

@@ -131,7 +131,7 @@ def _usage_error(e: Exception) -> None:
         raise e
     ctx = getattr(e, "ctx", None)
     command = ctx.command_path if ctx is not None else "advisor"
-    fail(_usage_line(e, command), int(ExitCode.USER_INPUT))
+    exit_with_line(_usage_line(e, command), int(ExitCode.USER_INPUT))
 
 
 def _usage_line(e: Exception, command: str) -> str:
@@ -200,7 +200,7 @@ def debug_enabled() -> bool:
     return _STATE["debug"]
 
 
-def fail(message: str, code: int) -> None:
+def exit_with_line(message: str, code: int) -> None:
     # One plain line: rich would wrap it at the terminal width. File names and the model's
     # exception messages are in it, so control characters are escaped (cli/console.py).
     from kernel_advisor.cli.console import printable
@@ -230,19 +230,19 @@ def guarded(fn: F) -> F:
         except AdvisorError as e:
             if debug_enabled():
                 traceback.print_exc()
-            fail(e.one_line(), int(e.exit_code))
+            exit_with_line(e.one_line(), int(e.exit_code))
         except (KernelInputError, KernelUnavailableError) as e:
             if debug_enabled():
                 traceback.print_exc()
             ours = kernel_error(e)
-            fail(ours.one_line(), int(ours.exit_code))
+            exit_with_line(ours.one_line(), int(ours.exit_code))
         except KeyboardInterrupt:
             from kernel_advisor.collect.interrupts import interrupted_message
 
-            fail(interrupted_message(kept_before), 130)
+            exit_with_line(interrupted_message(kept_before), 130)
         except BaseException as e:  # noqa: BLE001 - the last line of defence: SystemExit, GeneratorExit too
             if debug_enabled():
                 traceback.print_exc()
-            fail(f"internal error: {exception_text(e)} — rerun with --debug and report it", int(ExitCode.INTERNAL))
+            exit_with_line(f"internal error: {exception_text(e)} — rerun with --debug and report it", int(ExitCode.INTERNAL))
 
     return wrapper  # type: ignore[return-value]

@@ -84,9 +84,9 @@ def calibrate_cmd(
     """Measure copy bandwidth and matmul FLOP/s per dtype; cache them for the roofline."""
     from kernel_advisor.analyze.ceilings import cache_file, datasheet_ceilings, resolve_ceilings, spec_for
     from kernel_advisor.collect.rundir import write_error
-    from kernel_advisor.hardware.calibrate import local_device_identity, read_calibration, resolve_device, write_cache
+    from kernel_advisor.hardware.calibrate import local_device_identity, read_calibration, calibration_device, write_cache
 
-    device_type = resolve_device(device.value)
+    device_type = calibration_device(device.value)
     identity = local_device_identity(device_type)
     path = cache_file(identity.name, identity.driver)
     cal = None if force else read_calibration(identity.name, identity.driver)

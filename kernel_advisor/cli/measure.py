@@ -60,10 +60,10 @@ def measure_and_render(report: Report, doc: dict[str, Any], meta: Mapping[str, A
             doc, m = measure_document(report, doc, loaded, mode, options, args.top, args.also, report_cb, run_dir,
                                       RunMeta.of(meta).device_busy_frac, console.diagnostics_to, meta=meta)
     except KeyboardInterrupt:
-        from kernel_advisor.cli.app import fail
+        from kernel_advisor.cli.app import exit_with_line
         from kernel_advisor.records.experiments import FILE
 
-        fail(f"interrupted — what was measured so far is in {run_dir / FILE} (\"complete\": false); "
+        exit_with_line(f"interrupted — what was measured so far is in {run_dir / FILE} (\"complete\": false); "
              "recommendations.json is unchanged", 130)
     if args.emit_plan is not None:
         _emit_plan(args.emit_plan, m, loaded, mode)

@@ -111,7 +111,7 @@ def is_recognised(name: str) -> bool:
     return bool(_RECOGNISED.match(name)) and not name.startswith(_NOT_RECOGNISED)
 
 
-def dtype_name(profiler_type: str) -> str:
+def profiler_dtype_name(profiler_type: str) -> str:
     return PROFILER_TYPES.get(profiler_type, profiler_type)
 
 
@@ -536,7 +536,7 @@ def _json_list(text) -> list:
 def _dtypes(types_json: str) -> str:
     if not types_json:
         return "[]"
-    return json.dumps([dtype_name(t) if isinstance(t, str) else t for t in json.loads(types_json)])
+    return json.dumps([profiler_dtype_name(t) if isinstance(t, str) else t for t in json.loads(types_json)])
 
 
 def _json_or_empty(text: str) -> str:

@@ -58,7 +58,7 @@ def kernel_collective(name: str) -> str:
     return normalise_collective(parts[1]) if len(parts) > 1 else "other"
 
 
-def itemsize_bytes(dtype: str) -> float:
+def itemsize_bytes_or_nan(dtype: str) -> float:
     """Bytes per element of a dtype as the trace names it: a c10::ScalarType name (an NCCL
     kernel's "dtype" arg) or a profiler type name (gloo's "Input type"); NaN when unknown."""
     size = dtypes.itemsize_bytes(dtype)
@@ -124,7 +124,7 @@ def _nccl_row(row, described: dict, world_size: int) -> dict:
     group = world_size if math.isnan(group_recorded) else int(group_recorded)
     dtype = "" if info is None else info.dtype
     in_nelems, out_nelems = (math.nan, math.nan) if info is None else (info.in_nelems, info.out_nelems)
-    size = message_bytes(collective, in_nelems, out_nelems, itemsize_bytes(dtype), group)
+    size = message_bytes(collective, in_nelems, out_nelems, itemsize_bytes_or_nan(dtype), group)
     return {"collective": collective, "name": row.name, "source": "nccl_kernel", "ts_us": row.ts_us,
             "dur_us": row.dur_us, "bytes": size, "group_size": group, "dtype": dtype,
             "stream": "" if row.stream == -1 else str(row.stream)}
@@ -137,7 +137,7 @@ def _gloo_row(row, world_size: int) -> dict:
     nelems = sum(float(np.prod(d)) for d in dims if isinstance(d, list) and d and
                  all(isinstance(x, int) for x in d))
     dtype = next((t for t in types if t), "")
-    size = message_bytes(collective, nelems, math.nan, itemsize_bytes(dtype), world_size)
+    size = message_bytes(collective, nelems, math.nan, itemsize_bytes_or_nan(dtype), world_size)
     # NB: a thread the trace names by text (not kineto's integer tid) shows as its negative id.
     return {"collective": collective, "name": row.name, "source": "gloo", "ts_us": row.ts_us,
             "dur_us": row.dur_us, "bytes": size, "group_size": world_size, "dtype": dtype,

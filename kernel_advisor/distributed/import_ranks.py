@@ -17,7 +17,7 @@ from kernel_advisor.distributed.interconnect import bus_ceiling
 from kernel_advisor.distributed.merge import Merged, merge_ranks, numbered_calls
 from kernel_advisor.distributed.rank_files import RankFile, rank_files
 from kernel_advisor.distributed.rank_summary import RankSummary
-from kernel_advisor.distributed.skew import call_spreads, lateness_table, skew_table
+from kernel_advisor.distributed.skew import call_spreads, lateness_table, skew_frame
 from kernel_advisor.distributed.summary_pool import Progress, summarize_ranks
 from kernel_advisor.pipeline import import_to_run
 
@@ -36,7 +36,7 @@ def skew_document(summaries: list[RankSummary]) -> dict:
         return {"calls_aligned": aligned, "collectives": [], "ranks": []}
     spreads = call_spreads(numbered)
     late = lateness_table(numbered, spreads, [s.rank for s in summaries])
-    return {"calls_aligned": True, "collectives": skew_table(spreads).to_dict("records"),
+    return {"calls_aligned": True, "collectives": skew_frame(spreads).to_dict("records"),
             "ranks": late.to_dict("records")}
 
 

@@ -55,7 +55,7 @@ class DistributedRequest:
     rendezvous: Rendezvous = Rendezvous()  # nnodes > 1: this agent is one node of the job
 
 
-def resolve_device(device: str, nproc: int) -> str:
+def ranks_device(device: str, nproc: int) -> str:
     """"cuda" or "cpu" for the ranks; a GPU run needs one GPU per rank."""
     import torch
 
@@ -178,7 +178,7 @@ def profile_distributed(req: DistributedRequest, out_dir: Path,
                         progress: Progress | None = None) -> tuple[Path, dict]:
     """Profile every rank and write the merged run to `out_dir`; returns (run dir, run.json)."""
     check_request(req)
-    device = resolve_device(req.device, req.nproc_per_node)
+    device = ranks_device(req.device, req.nproc_per_node)
     report = progress or (lambda phase, done, total: None)
     log_dir = Path(tempfile.mkdtemp(prefix="advisor-ranks-"))
     keep_logs = False

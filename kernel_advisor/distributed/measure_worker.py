@@ -66,7 +66,7 @@ class MeasureSettings:
 
 
 @dataclass
-class Trial:
+class RankTrial:
     action: str
     variant: Variant | None = None
     outcome: Outcome | None = None
@@ -75,17 +75,17 @@ class Trial:
     windows: int = 0
 
 
-def prepare(loaded: LoadedModel, name: str, wrapper: str) -> Trial:
+def prepare_rank_variant(loaded: LoadedModel, name: str, wrapper: str) -> RankTrial:
     """The action's variant, or its outcome when it does not apply (the same on every rank)."""
     if WRAPPER.get(name) != wrapper:
-        return Trial(name, outcome=Outcome("not-applied", f"the run's ranks were wrapped by {wrapper}; "
+        return RankTrial(name, outcome=Outcome("not-applied", f"the run's ranks were wrapped by {wrapper}; "
                                                           f"{name} changes {WRAPPER.get(name, '?')}"))
     try:
-        return Trial(name, variant=get_action(name).prepare(loaded, "train"))
+        return RankTrial(name, variant=get_action(name).prepare_rank_variant(loaded, "train"))
     except NotApplicable as e:
-        return Trial(name, outcome=Outcome("not-applied", str(e)))
+        return RankTrial(name, outcome=Outcome("not-applied", str(e)))
     except NotMeasurable as e:
-        return Trial(name, outcome=Outcome("not-measurable", str(e)))
+        return RankTrial(name, outcome=Outcome("not-measurable", str(e)))
 
 
 def local_leaves(captured: Captured) -> Captured:
@@ -96,7 +96,7 @@ def local_leaves(captured: Captured) -> Captured:
     return dataclasses.replace(captured, leaves=leaves)
 
 
-def gate(loaded: LoadedModel, baseline, trials: list[Trial], draws: int, seed: int, rank: int) -> None:
+def gate(loaded: LoadedModel, baseline, trials: list[RankTrial], draws: int, seed: int, rank: int) -> None:
     """Every pending trial against the baseline on `draws` fresh draws; the ranks agree on each verdict."""
     pending = [t for t in trials if t.outcome is None]
     for d in range(draws):
@@ -130,7 +130,7 @@ def _worst_over_ranks(worsts: list[dict | None]) -> dict | None:
     return {**out, "ranks": len(known)}
 
 
-def time_trials(loaded: LoadedModel, baseline, trials: list[Trial], s: MeasureSettings,
+def time_trials(loaded: LoadedModel, baseline, trials: list[RankTrial], s: MeasureSettings,
                 deadline: float) -> tuple[dict | None, int, int]:
     """Time the gated trials beside the baseline; (baseline step, steps per window, rounds)."""
     timed = [t for t in trials if t.outcome is None]
@@ -151,7 +151,7 @@ def time_trials(loaded: LoadedModel, baseline, trials: list[Trial], s: MeasureSe
     return median_ci(times["baseline"]).to_json(), steps, len(times["baseline"])
 
 
-def trial_json(t: Trial) -> dict:
+def trial_json(t: RankTrial) -> dict:
     o = t.outcome or Outcome("not-measurable", "not decided")
     return {"action": t.action, **o.to_json(), "windows": t.windows}
 
@@ -163,7 +163,7 @@ def measure_rank(s: MeasureSettings, env: RankEnv) -> None:
     dist.init_process_group(backend=backend)
     loaded = load_model(s.model, entry=s.entry, device=s.device, dtype=s.dtype, seed=s.seed)
     loaded = dataclasses.replace(loaded, device=dev)
-    trials = [prepare(loaded, name, s.wrapper) for name in s.actions]  # before wrapping: FSDP shards in place
+    trials = [prepare_rank_variant(loaded, name, s.wrapper) for name in s.actions]  # before wrapping: FSDP shards in place
     baseline, wrapper = wrap_model(loaded, "train", s.fsdp)
     gate(loaded, baseline, trials, s.draws, s.seed, env.rank)
     # NB: the budget bounds the timing rounds, from their start: loading and gating run to completion
@@ -183,10 +183,10 @@ def measure_rank(s: MeasureSettings, env: RankEnv) -> None:
             t.variant.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+def measure_rank_main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     return run_rank(MeasureSettings.read(Path(argv[0])), measure_rank)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(measure_rank_main())

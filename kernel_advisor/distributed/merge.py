@@ -95,7 +95,7 @@ def comm_wait_s(calls: pd.DataFrame, aligned: bool) -> dict[int, float]:
     return ((calls["dur_us"] - shortest) * 1e-6).groupby(calls["rank"]).sum().to_dict()
 
 
-def rank_table(results: Sequence[RankResult], wait_s: dict[int, float]) -> pd.DataFrame:
+def rank_frame(results: Sequence[RankResult], wait_s: dict[int, float]) -> pd.DataFrame:
     rows = [{
         "rank": r.rank, "step_median_s": statistics.median(r.step_wall_s),
         "device_busy_per_step_s": _per_step(r.device_busy_s, r.steps),
@@ -152,7 +152,7 @@ def bandwidths(calls: pd.DataFrame) -> tuple[float, float]:
     return float(known["bytes"].sum()) / time_s, bus_bytes / time_s
 
 
-def collective_table(calls: pd.DataFrame, steps: int, ceiling_bytes_per_s: float | None,
+def collective_frame(calls: pd.DataFrame, steps: int, ceiling_bytes_per_s: float | None,
                      per_rank_copies: int = 1) -> pd.DataFrame:
     """Per collective: calls, sizes, time per step and bandwidth against the ceiling."""
     rows = []
@@ -225,10 +225,10 @@ def merge_ranks(results: Sequence[RankResult], ceiling_bytes_per_s: float | None
     """Per-rank table, collective table, straggler and the run-level evidence."""
     results = sorted(results, key=lambda r: r.rank)
     numbered, aligned = numbered_calls(results)
-    ranks = rank_table(results, comm_wait_s(numbered, aligned))
+    ranks = rank_frame(results, comm_wait_s(numbered, aligned))
     calls = aligned_calls(numbered, aligned)
     copies = 1 if aligned else len(results)
-    collectives = collective_table(calls, results[0].steps, ceiling_bytes_per_s, copies)
+    collectives = collective_frame(calls, results[0].steps, ceiling_bytes_per_s, copies)
     evidence = distributed_evidence(results, ranks, calls, collectives, ceiling_bytes_per_s)
     evidence["calls_aligned"] = aligned
     return Merged(world_size=len(results), ranks=ranks, collectives=collectives,

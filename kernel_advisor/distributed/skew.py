@@ -29,7 +29,7 @@ def call_spreads(numbered: pd.DataFrame) -> pd.DataFrame:
     return out[["collective", "call", "start_spread_us", "end_spread_us", "last_rank"]]
 
 
-def skew_table(spreads: pd.DataFrame) -> pd.DataFrame:
+def skew_frame(spreads: pd.DataFrame) -> pd.DataFrame:
     """Per collective: calls and the median / largest start and end spread, µs."""
     rows = [{"collective": name, "calls": len(g),
              "start_spread_median_us": float(g["start_spread_us"].median()),

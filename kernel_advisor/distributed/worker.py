@@ -158,10 +158,10 @@ def run_rank(settings, work) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def rank_main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     return run_rank(WorkerSettings.read(Path(argv[0])), profile_rank)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(rank_main())

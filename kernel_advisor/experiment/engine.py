@@ -33,7 +33,7 @@ class PlanResult:
 
 
 @dataclass(frozen=True)
-class Measured:
+class SearchResult:
     outcomes: dict[str, Outcome]  # every configuration by name: singles are named as their action
     plan: PlanResult  # no actions (status not-applied) when nothing measured faster
     eager_step_s: Estimate | None  # back-to-back
@@ -53,7 +53,7 @@ class Measured:
 
 def measure_actions(loaded: LoadedModel, mode: str, names: Sequence[str], options: SearchOptions = SearchOptions(),
                     busy_frac: float | None = None, run_dir: Path | None = None,
-                    progress: Progress | None = None) -> Measured:
+                    progress: Progress | None = None) -> SearchResult:
     report = progress or (lambda label, done, total: None)
     start = time.monotonic()
     reference = prepare_reference(loaded, mode)
@@ -61,7 +61,7 @@ def measure_actions(loaded: LoadedModel, mode: str, names: Sequence[str], option
     state = search(loaded, mode, names, options, reference, busy_frac, journal.write, report)
     record = journal.record(state)
     plan = _plan(state)
-    return Measured({t.name: t.outcome for t in state.trials if t.outcome is not None}, plan, state.eager_s,
+    return SearchResult({t.name: t.outcome for t in state.trials if t.outcome is not None}, plan, state.eager_s,
                     state.eager_sync_s, reference.reason, state.regime or "nothing was timed", record,
                     state.steps_per_window)
 

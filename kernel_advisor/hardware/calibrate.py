@@ -117,7 +117,7 @@ class DeviceIdentity:
 # ---------------------------------------------------------------- which device
 
 
-def resolve_device(device: str) -> str:
+def calibration_device(device: str) -> str:
     """"auto" -> "cuda" when a GPU is visible, else "cpu"; "cuda" without one is an error."""
     if device not in ("auto", "cuda", "cpu"):
         raise UserInputError(f"unknown device '{device}'", "use --device auto, cuda or cpu")
@@ -337,7 +337,7 @@ def calibrate(device: str = "auto", sizes: CalibrationSizes | None = None,
               on_step: Callable[[int, int, str], None] | None = None) -> Calibration:
     """Measure copy bandwidth and matmul peaks on `device` ("auto" | "cuda" | "cpu"), and
     the all-reduce bus bandwidth when two or more GPUs are visible."""
-    device_type = resolve_device(device)
+    device_type = calibration_device(device)
     identity = local_device_identity(device_type)
     sizes = sizes or (GPU_SIZES if device_type == "cuda" else CPU_SIZES)
     on_step = on_step or (lambda *_: None)

@@ -16,7 +16,7 @@ from typing import Callable, Mapping, Sequence
 
 from kernel_advisor.actions import NONE, is_distributed, is_known
 from kernel_advisor.collect.loader import LoadedModel
-from kernel_advisor.experiment.engine import Measured, measure_actions
+from kernel_advisor.experiment.engine import SearchResult, measure_actions
 from kernel_advisor.experiment.search import SearchOptions
 from kernel_advisor.experiment.trial import Outcome, Progress
 from kernel_advisor.measure.modes import credit_note, credited
@@ -31,7 +31,7 @@ RankMeasure = Callable[[Sequence[str]], Mapping[str, Outcome]]  # data-parallel 
 class AdviceMeasurement:
     by_recommendation: Mapping[tuple[str, str], Outcome]  # (rule_id, subject) -> outcome
     also: Mapping[str, Outcome]  # actions measured on request, recommended or not
-    measured: Measured
+    measured: SearchResult
     ranking: tuple[str, ...]  # rule ids, measured best first
     plan_rules: tuple[str, ...]  # the rules whose actions make up the plan
     predicted: Mapping[str, float | None]  # per measured action: its predicted gain, fraction of the step

@@ -47,7 +47,7 @@ def attention_shape(input_shapes: Any) -> AttentionShape | None:
 
 
 @functools.lru_cache(maxsize=4)
-def read_table(path: Path = TABLE) -> pd.DataFrame:
+def read_backend_table(path: Path = TABLE) -> pd.DataFrame:
     if not path.is_file():
         return pd.DataFrame(columns=["gpu", "dtype", "pass", "seq", "head_dim", "causal", "backend", "ms", "status"])
     table = pd.read_csv(path)

@@ -198,7 +198,7 @@ def attention_backend(name: str, kernels: Any) -> str | None:
     return "math" if names else "unknown"
 
 
-def recurrence_steps(name: str, row: Mapping[str, Any]) -> int | None:
+def recurrence_steps_of_row(name: str, row: Mapping[str, Any]) -> int | None:
     """The cell steps a recurrent-layer row runs one after another per call (T x layers), None
     for other ops or arguments the profiler did not record."""
     if name not in RECURRENT_OPS:
@@ -219,7 +219,7 @@ def op_evidence(row: Mapping[str, Any], ctx: RunContext) -> dict[str, Any]:
     time_s = _num(row, "device_time_total_s") or 0.0
     headroom_s = _num(row, "headroom_total_s")
     dims = alignment_dims(name, row.get("input_shapes"))
-    per_call_s, steps = _num(row, "device_time_per_call_s"), recurrence_steps(name, row)
+    per_call_s, steps = _num(row, "device_time_per_call_s"), recurrence_steps_of_row(name, row)
     return {
         "row_id": int(row.get("row_id", -1)), "name": name, "kind": str(row.get("kind") or "op"),
         "verdict": str(row.get("verdict") or "unknown"), "dtype": primary_dtype(row.get("input_dtypes")),

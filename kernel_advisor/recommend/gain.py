@@ -188,7 +188,7 @@ def _measured_backend(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd
     current, target = subject.evidence.get("attention_backend"), spec.backend
     dtype = dtype_name(str(subject.evidence.get("dtype") or ""))
     pass_ = "fwd+bwd" if ctx.mode == "train" else "fwd"
-    table = backend_gain.read_table()
+    table = backend_gain.read_backend_table()
     rows, whys = {}, []
     for row_id, time_s in subject.row_time_per_step_s.items():
         shape = backend_gain.attention_shape(row_record(ops, row_id).get("input_shapes"))

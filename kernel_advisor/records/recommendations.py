@@ -20,7 +20,7 @@ RERUN = "`advisor recommend`"
 
 
 @dataclass(frozen=True)
-class Measured:
+class MeasuredOutcome:
     """What `--measure` found for one recommendation's action (measure/document.py writes it)."""
 
     status: str  # passed | failed-gate | not-applied | not-measurable | error
@@ -33,7 +33,7 @@ class Measured:
     gate: Mapping[str, Any] | None
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any] | None) -> "Measured | None":
+    def from_json(cls, doc: Mapping[str, Any] | None) -> "MeasuredOutcome | None":
         return None if doc is None else cls(**{f.name: doc[f.name] for f in fields(cls)})
 
 
@@ -62,7 +62,7 @@ class RecommendationEntry:
     source: str
     action: str
     action_reason: str
-    measured: Measured | None = None
+    measured: MeasuredOutcome | None = None
     predicted_rank: int | None = None  # set when `rank` is the measured rank
 
     @classmethod
@@ -70,7 +70,7 @@ class RecommendationEntry:
         values = {f.name: doc[f.name] for f in fields(cls) if f.name not in ("measured", "predicted_rank")}
         for key in ("row_ids", "thresholds", "references", "caveats"):
             values[key] = tuple(values[key])
-        return cls(**values, measured=Measured.from_json(doc.get("measured")),
+        return cls(**values, measured=MeasuredOutcome.from_json(doc.get("measured")),
                    predicted_rank=doc.get("predicted_rank"))
 
 

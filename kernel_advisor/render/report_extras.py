@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 
 from kernel_advisor.analyze.run_extras import TryKernelResults
-from kernel_advisor.records.recommendations import Measured, RecommendationEntry as Recommendation
+from kernel_advisor.records.recommendations import MeasuredOutcome, RecommendationEntry as Recommendation
 from kernel_advisor.collect.step_time import step_time_of
 from kernel_advisor.render.report_sections import fmt_field, kv_table, missing, num_cell, ordered_ops
 from kernel_advisor.render.report_template import Html, h, join
@@ -37,7 +37,7 @@ def _gain_text(rec: Recommendation, step_s: float | None) -> str:
     return "est. gain " + ", ".join(parts) if parts else "no gain estimate"
 
 
-def _measured_text(m: Measured | None) -> str | None:
+def _measured_text(m: MeasuredOutcome | None) -> str | None:
     """Predicted beside measured: the card's second headline when `recommend --measure` ran."""
     if m is None:
         return None

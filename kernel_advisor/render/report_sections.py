@@ -264,7 +264,7 @@ def hotspot_section(ops: pd.DataFrame, meta: Mapping[str, Any], top: int) -> Htm
 # ---------------------------------------------------------------- regions
 
 
-def region_table(ops: pd.DataFrame, steps: int, top_ops: int = 3) -> pd.DataFrame:
+def region_frame(ops: pd.DataFrame, steps: int, top_ops: int = 3) -> pd.DataFrame:
     """Per record_function/NVTX region: time per step, share, op rows, its top ops by time."""
     regions = ops["region"].fillna("").astype(str) if "region" in ops else pd.Series([""] * len(ops))
     total_s = float(ops["device_time_total_s"].sum()) or 1.0
@@ -279,7 +279,7 @@ def region_table(ops: pd.DataFrame, steps: int, top_ops: int = 3) -> pd.DataFram
 
 
 def regions_section(ops: pd.DataFrame, meta: Mapping[str, Any]) -> Html:
-    table = region_table(ops, _steps(meta))
+    table = region_frame(ops, _steps(meta))
     if table.empty or (len(table) == 1 and table.loc[0, "region"] == ""):
         body = h("p", "No op ran inside a record_function or NVTX range. Wrap parts of the model in "
                       "torch.profiler.record_function(\"name\") to see time per part here.", class_="note")

@@ -21,7 +21,7 @@ from kernel_advisor.trykernel.measure import INTERPRETED, GateOutcome, measure, 
 from kernel_advisor.trykernel.patterns import find_patterns
 from kernel_advisor.trykernel.reference import FULL_FLOAT64, prepare_reference
 from kernel_advisor.trykernel.results import GateSummary, RunEvidence, TryReport, report_json
-from kernel_advisor.trykernel.selection import (RunContext, build_sets, census_op_names, find_run, kernel_routing,
+from kernel_advisor.trykernel.selection import (TryRunContext, build_sets, census_op_names, find_run, kernel_routing,
                                                 load_candidates, model_is_module, select_specs)
 
 RESULT_FILE = "try_kernel.json"
@@ -53,7 +53,7 @@ def run_try_kernel(loaded: LoadedModel, kernel_ids: Sequence[str], together: boo
 
 
 def _candidates(loaded: LoadedModel, kernel_ids: Sequence[str], impl: str | None, op: str | None,
-                ctx: RunContext, options: TryOptions) -> tuple[list[Candidate], list[str]]:
+                ctx: TryRunContext, options: TryOptions) -> tuple[list[Candidate], list[str]]:
     cands: list[Candidate] = []
     if impl is not None and op is not None:
         cands.append(from_impl(impl, op))

@@ -30,7 +30,7 @@ from reference_kernels.routes import host_bound
 
 
 @dataclass(frozen=True)
-class RunContext:
+class TryRunContext:
     path: Path | None  # the run try_kernel.json is saved into; None: no run of this model
     evidence: RunEvidence
     op_names: frozenset[str] | None  # names in its ops.csv; None without a run
@@ -38,14 +38,14 @@ class RunContext:
     device_busy_frac: float | None = None  # of its step; None: no run (routes assume host-bound)
 
 
-def find_run(run: Path | None, loaded: LoadedModel) -> RunContext:
+def find_run(run: Path | None, loaded: LoadedModel) -> TryRunContext:
     """The explicit --run (must be of this model), else `latest` when it profiled this model."""
     try:
         path = resolve_run(run)
     except UserInputError:
         if run is not None:
             raise
-        return RunContext(None, RunEvidence(), None, ("no run yet: results are not saved (run `advisor profile` "
+        return TryRunContext(None, RunEvidence(), None, ("no run yet: results are not saved (run `advisor profile` "
                                                       "first, or read them with --json)",))
     r = load_run(path)
     meta = RunMeta.of(r.meta)
@@ -55,11 +55,11 @@ def find_run(run: Path | None, loaded: LoadedModel) -> RunContext:
         if run is not None:
             raise UserInputError(f"run {path} profiled {model.get('file')}, not {loaded.path.name}",
                                  "pass a run of this model with --run, or leave --run out")
-        return RunContext(None, RunEvidence(), None, (f"the latest run ({path.name}) is of another model: results "
+        return TryRunContext(None, RunEvidence(), None, (f"the latest run ({path.name}) is of another model: results "
                                                       "are not saved (profile this model first)",))
     names = frozenset(str(n) for n in r.ops["name"]) if "name" in r.ops.columns else frozenset()
     busy = meta.device_busy_frac
-    return RunContext(path, evidence_from_run(path, r.ops), names,
+    return TryRunContext(path, evidence_from_run(path, r.ops), names,
                       device_busy_frac=float(busy) if isinstance(busy, (int, float)) else None)
 
 

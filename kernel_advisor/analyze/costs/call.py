@@ -26,7 +26,7 @@ class Tensor:
 
     @property
     def bytes(self) -> int:
-        return self.numel * dt.itemsize_bytes(self.dtype)
+        return self.numel * dt.checked_itemsize_bytes(self.dtype)
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ def is_dtype_name(name: object) -> bool:
     return isinstance(name, str) and _torch_dtype(name) is not None
 
 
-def itemsize_bytes(name: str) -> int:
+def checked_itemsize_bytes(name: str) -> int:
     """torch's size of one element; the caller has checked is_dtype_name(name)."""
     size = dtypes.itemsize_bytes(name)
     if size is None:

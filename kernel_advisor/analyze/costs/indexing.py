@@ -17,7 +17,7 @@ from kernel_advisor.analyze.costs.shapes import Unmodelled, broadcast, wrap_dim
 
 
 def _elements(count: int, dtype: str) -> int:
-    return count * dt.itemsize_bytes(dtype)
+    return count * dt.checked_itemsize_bytes(dtype)
 
 
 @register("embedding")
