@@ -290,6 +290,7 @@ def test_subprocess_gives_the_same_answer(children, case_id):
     assert_nothing_partial(home, before)
 
 
+@pytest.mark.slow  # it shares the subprocess cases' fixture: ~10 s of process starts
 def test_triton_missing_is_an_environment_error(children):
     code, out, err, home, before = children["no-triton"]
     assert_clean_failure(2, code, out, err, ("triton.softmax cannot run on cpu", "triton is not installed"))

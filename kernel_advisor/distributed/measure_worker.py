@@ -81,7 +81,7 @@ def prepare_rank_variant(loaded: LoadedModel, name: str, wrapper: str) -> RankTr
         return RankTrial(name, outcome=Outcome("not-applied", f"the run's ranks were wrapped by {wrapper}; "
                                                           f"{name} changes {WRAPPER.get(name, '?')}"))
     try:
-        return RankTrial(name, variant=get_action(name).prepare_rank_variant(loaded, "train"))
+        return RankTrial(name, variant=get_action(name).prepare(loaded, "train"))
     except NotApplicable as e:
         return RankTrial(name, outcome=Outcome("not-applied", str(e)))
     except NotMeasurable as e:

@@ -1,7 +1,7 @@
 """Shape arithmetic on profiler records: which tensor one op hands to the next, and its size.
 
 The profiler records input shapes and dtypes, never tensor identities or output shapes.
-An op's output size is inferred from its kind (elementwise: the broadcast_or_none of its inputs;
+An op's output size is inferred from its kind (elementwise: the broadcast of its inputs;
 GEMM: [..., M, N]; reduction: unknown but smaller) and matched against the next op's
 inputs. A match is the evidence that the two ops are connected by an intermediate tensor.
 """
@@ -18,7 +18,7 @@ from kernel_advisor.analyze import op_kinds
 from kernel_advisor.dtypes import itemsize_bytes
 from kernel_advisor.recommend.evidence import decoded
 
-# Ops whose output has the shape of their (broadcast_or_none) tensor inputs: torch's pointwise ops
+# Ops whose output has the shape of their (broadcast) tensor inputs: torch's pointwise ops
 # (analyze/op_kinds.py, torch.Tag.pointwise), and these, which torch does not tag pointwise
 # but which keep their input's shape and which Inductor fuses like them:
 SHAPE_KEEPING = frozenset({
@@ -47,7 +47,7 @@ def is_aten(name: str) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def is_elementwise(op: str) -> bool:
-    """`op` (a base name) returns a tensor of its inputs' broadcast_or_none shape."""
+    """`op` (a base name) returns a tensor of its inputs' broadcast shape."""
     return op in SHAPE_KEEPING or op_kinds.is_pointwise(op)
 
 
@@ -87,7 +87,7 @@ def tensor_args(shapes: Any, dtypes: Any) -> list[TensorArg]:
 
 
 def broadcast_or_none(shapes: Sequence[Sequence[int]]) -> tuple[int, ...] | None:
-    """torch.broadcast_shapes; None when the shapes do not broadcast_or_none."""
+    """torch.broadcast_shapes; None when the shapes do not broadcast."""
     try:
         return tuple(torch.broadcast_shapes(*shapes))
     except (RuntimeError, ValueError):  # incompatible sizes; negative sizes
