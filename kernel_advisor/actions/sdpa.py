@@ -199,7 +199,7 @@ def _context(first: str):
 def _preparer(name: str):
     first = BACKENDS[name]
 
-    def prepare_sdpa(loaded: LoadedModel, mode: str) -> Variant:
+    def prepare_backend(loaded: LoadedModel, mode: str) -> Variant:
         if loaded.device.type != "cuda":
             raise NotApplicable("the fused attention backends run on CUDA devices only; this run is on the CPU")
         if torch.cuda.get_device_capability(loaded.device) < MIN_CAPABILITY:
@@ -209,7 +209,7 @@ def _preparer(name: str):
         applied = f"sdpa_kernel([{', '.join(priority(first))}], set_priority=True) around the step"
         return Variant(name, loaded.model, applied, context=_context(first))
 
-    return prepare_sdpa
+    return prepare_backend
 
 
 # effort 0: one context manager around the step, no change to the model's code.
