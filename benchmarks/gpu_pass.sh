@@ -131,13 +131,6 @@ for step in "${@:2}"; do
                           --nproc-per-node 2 --out "$out/import_ranks_src"
                       run import_ranks python3 benchmarks/bench_import_ranks.py "$out/import_ranks_src" \
                           --work "${TMPDIR:-/tmp}/rank-traces" --data "$out/distributed_scale.json" ;;
-        kernels_fit) kernels_draw kernels_fit "${KERNELS_FIT_DRAW:-fit-1}" "${KERNELS_FIT_BUDGET_S:-240}" \
-                         ${KERNELS_FIT_PROVIDERS:-ours_triton ours_cuda eager liger} ;;
-        kernels_heldout) kernels_draw kernels_heldout "${KERNELS_HELDOUT_DRAW:-heldout-1}" \
-                             "${KERNELS_HELDOUT_BUDGET_S:-450}" ours_triton ours_cuda eager compile liger ;;
-        train_try_kernel) run train_try_kernel python3 benchmarks/bench_train_try_kernel.py \
-                              --out "$out/train_try_kernel" --reps "${TRAIN_TRY_REPS:-30}" \
-                              ${TRAIN_TRY_KERNELS:+--kernels $TRAIN_TRY_KERNELS} ;;
         *) echo "unknown step $step" ;;
     esac
 done
