@@ -3,7 +3,7 @@
 One long table, benchmarks/data/kernels.csv: one row per (op, rows, cols, dtype, pass,
 provider, gpu), upserted by that key (a rerun replaces its rows and keeps every other one, as
 Liger-Kernel's own benchmark CSV does). docs/benchmarks.md's kernel tables and the issue's
-done-when figure are generated from it by benchmarks/render_kernels.py.
+target figure are generated from it by benchmarks/render_kernels.py.
 
 The sweep is declared, not hand-looped: SHAPE_CLASSES (few-rows, wide-rows, mid, large; rows
 1..65536 x cols 127..393216, at most 64 MiB per float32 tensor) x DTYPES x PASSES (fwd,
@@ -57,7 +57,7 @@ One device call per op group, its CSV under $OUT, merged here afterwards:
     ADVISOR_COMMIT=<hash> PYTHONPATH=/tmp/liger:$PWD python benchmarks/bench_kernels_csv.py \
         --ops norms --csv $OUT/kernels.csv
     python benchmarks/bench_kernels_csv.py --merge FETCHED/kernels.csv   # into the default CSV
-    python benchmarks/render_kernels.py                                  # docs + done-when
+    python benchmarks/render_kernels.py                                  # docs + the target figure
 """
 from __future__ import annotations
 

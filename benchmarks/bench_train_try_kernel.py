@@ -8,7 +8,7 @@ torch.compile, each kernel, all together, and torch.compile + each of those, tim
 user's loop regime (back-to-back windows, variants interleaved). One row per variant, keyed by
 (model, kernels, variant, gpu) and upserted; `--render` writes docs/benchmarks.md's section.
 
-The done-when is decided from the rows, per kernel set ("all together"): met when the set is
+The target is decided from the rows, per kernel set ("all together"): met when the set is
 >= 1.05x eager (median step ratio) and torch.compile + the set is not slower than
 torch.compile alone (verdict_vs_compile, 95 % bootstrap interval); "routed away" when the set
 made no call of its own because the registry's measured routes sent every call to eager (the
@@ -80,10 +80,10 @@ def rows_of(payload: dict, model: str, kernels: str, stamp: dict) -> list[dict]:
     return out
 
 
-# ---------------------------------------------------------------- the done-when, from the rows
+# ---------------------------------------------------------------- the target, from the rows
 
 def decide(run: pd.DataFrame) -> dict:
-    """The done-when of one (model, kernels, gpu) run: {"verdict", "why", ...} from its rows."""
+    """The target of one (model, kernels, gpu) run: {"verdict", "why", ...} from its rows."""
     by_kind = {k: g for k, g in run.groupby("kind")}
     sets = by_kind.get("combined", by_kind.get("candidate"))
     if sets is None or not len(sets):
@@ -195,7 +195,7 @@ def render(df: pd.DataFrame) -> str:
             lines.append(f"| {r.variant} | {r.kind} | {r.status} | {calls} | {step} | "
                          f"{_x(r.speedup, r.speedup_low, r.speedup_high)} | "
                          f"{_x(r.vs_compile, r.vs_compile_low, r.vs_compile_high)} |")
-        lines += ["", f"Done-when (set `{d.get('set', '?')}` ≥ {TARGET_VS_EAGER}× eager and torch.compile + set not "
+        lines += ["", f"Target (set `{d.get('set', '?')}` ≥ {TARGET_VS_EAGER}× eager and torch.compile + set not "
                   f"slower than torch.compile alone): **{d['verdict']}**" + (f" — {d['why']}" if d.get("why") else "")
                   + "."]
         blocks.append("\n".join(lines))

@@ -1,9 +1,9 @@
-"""Render benchmarks/data/kernels.csv into docs/benchmarks.md and compute the done-when figure.
+"""Render benchmarks/data/kernels.csv into docs/benchmarks.md and compute the target figure.
 
     python3 benchmarks/render_kernels.py [--csv benchmarks/data/kernels.csv]
         [--docs docs/benchmarks.md] [--routes reference_kernels/data/routes.csv] [--check]
 
-Done-when (issue 'Bundled kernels that never lose'): in >= 90 % of the (op, shape, dtype, pass)
+The target: in >= 90 % of the (op, shape, dtype, pass)
 groups, the best bundled kernel (ours_triton, ours_cuda) is >= 0.97x as fast as the best of
 eager, torch.compile and Liger, i.e. best_other_ms / best_bundled_ms >= 0.97; the groups must
 cover wide rows, few rows, mid sizes and fwd+bwd. Only rows with status `ok` and a time
@@ -13,13 +13,13 @@ wrong or refused is a loss. A group with no correct competitor at all is not com
 The kernels are counted alone and as shipped: the registry routes a call to eager PyTorch
 where the nearest measured shape of its kernel, dtype and pass lost to eager
 (reference_kernels/routes.py; this script writes those routes from the CSV), and try-kernel
-runs eager there. The done-when figure is the as-shipped one with each cell routed by its
+runs eager there. The target figure is the as-shipped one with each cell routed by its
 nearest *other* measured shape (benchmarks/kernel_routes.py), so it measures routes that
 generalise, not routes fitted to the cell itself.
 
 The markdown goes between `<!-- kernels:begin -->` and `<!-- kernels:end -->`; without those
 markers a `## Bundled kernels side by side` section holding them is appended. With no CSV or an
-empty one it says so and writes nothing. --check exits 1 when the done-when (as shipped) is not met.
+empty one it says so and writes nothing. --check exits 1 when the target (as shipped) is not met.
 Everything but main() is a pure function of the DataFrame (tests/test_bench_kernels_csv.py).
 """
 from __future__ import annotations
@@ -102,7 +102,7 @@ def share(gr: pd.DataFrame, by: str | None = None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[by, "wins", "compared", "share"])
 
 
-def done_when(gr: pd.DataFrame) -> dict:
+def target_share(gr: pd.DataFrame) -> dict:
     """The issue's figure for one GPU's groups: share, coverage, met."""
     total = share(gr).iloc[0]
     compared = gr[gr["outcome"].isin(["win", "loss"])]
@@ -172,13 +172,13 @@ def verdict_line(d: dict, what: str = "the best bundled kernel") -> str:
 
 def verdict_lines(alone: pd.DataFrame, fitted: pd.DataFrame, loo: pd.DataFrame,
                   host: pd.DataFrame) -> str:
-    fit, hb = done_when(fitted), done_when(host)
+    fit, hb = target_share(fitted), target_share(host)
     return "\n".join([
-        "- Kernels alone: " + verdict_line(done_when(alone)),
-        "- **Done-when, as shipped** (try-kernel sends a call to eager where the nearest measured "
+        "- Kernels alone: " + verdict_line(target_share(alone)),
+        "- **Target, as shipped** (try-kernel sends a call to eager where the nearest measured "
         "shape lost; `reference_kernels/data/routes.csv`, each cell decided by its nearest "
         "*other* shape, on GPU time as in a device-bound step): "
-        + verdict_line(done_when(loo), "the best bundled kernel or its route"),
+        + verdict_line(target_share(loo), "the best bundled kernel or its route"),
         f"- As shipped, each cell decided by its own measurement: {fit['wins']} of "
         f"{fit['compared']} = {fit['share']:.1%} (a routed cell counts at eager's time, which "
         "is what runs there).",
@@ -285,7 +285,7 @@ def splice(text: str, block: str) -> str:
 
 
 def summary(df: pd.DataFrame) -> str:
-    """The done-when figures per GPU, for the terminal."""
+    """The target figures per GPU, for the terminal."""
     lines = []
     for gpu, g in df.groupby("gpu", sort=True):
         alone, fitted, loo = views(g)
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", type=Path, default=REPO / "docs" / "benchmarks.md")
     ap.add_argument("--routes", type=Path, default=ROUTES_CSV,
                     help="where the registry's routes are written (reference_kernels/data/routes.csv)")
-    ap.add_argument("--check", action="store_true", help="exit 1 when the done-when is not met")
+    ap.add_argument("--check", action="store_true", help="exit 1 when the target is not met")
     args = ap.parse_args(argv)
     df = read_csv(args.csv)
     if df.empty:
@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     args.docs.write_text(text)
     print(render_draws.summary(df, args.routes))
     print(f"wrote the kernel tables of {args.docs}")
-    met = all(done_when(views(g)[2])["met"] for _, g in grid.groupby("gpu"))
+    met = all(target_share(views(g)[2])["met"] for _, g in grid.groupby("gpu"))
     return 1 if args.check and not met else 0
 
 

@@ -1,6 +1,6 @@
 """The side-by-side kernel benchmark kept as data (benchmarks/bench_kernels_csv.py) and its
 renderer (benchmarks/render_kernels.py), without a GPU: the declared sweep's bounds, the
-upsert, the target share (render_kernels.done_when) on a hand-made CSV, and the correctness check on the CPU under
+upsert, the target share (render_kernels.target_share) on a hand-made CSV, and the correctness check on the CPU under
 TRITON_INTERPRET=1 (tests/conftest.py sets it). Nothing is written outside tmp_path."""
 import math
 
@@ -174,7 +174,7 @@ def test_share_on_a_hand_made_csv(tmp_path):
     assert ratio["swiglufwd"] == pytest.approx(0.95)
     # 2 wins of 5 compared groups = 40 %; by class: few-rows 2/2, wide-rows 0/1, mid 0/1
     # (the uncompared gelu group is left out), large 0/1
-    d = rk.done_when(gr)
+    d = rk.target_share(gr)
     assert (d["wins"], d["compared"], d["uncompared"]) == (2, 5, 1)
     assert d["share"] == pytest.approx(0.4)
     assert d["missing"] == [] and d["met"] is False
@@ -199,11 +199,11 @@ def test_a_wrong_row_is_never_a_win():
     assert again[(again["rows"] == 2048)].iloc[0]["outcome"] == "win"
 
 
-def test_done_when_met_needs_the_share_and_the_coverage():
+def test_the_target_needs_the_share_and_the_coverage():
     # 9 wins and 1 loss = 90 %, but only few-rows fwd: coverage missing -> not met
     rows = [_row(cols=c, provider=p, ms=ms) for c in range(1000, 1010)
             for p, ms in (("ours_triton", 0.010), ("eager", 0.011 if c < 1009 else 0.005))]
-    d = rk.done_when(rk.groups(bk.upsert(pd.DataFrame(columns=bk.COLUMNS), pd.DataFrame(rows))))
+    d = rk.target_share(rk.groups(bk.upsert(pd.DataFrame(columns=bk.COLUMNS), pd.DataFrame(rows))))
     assert (d["wins"], d["compared"]) == (9, 10) and d["share"] == pytest.approx(0.9)
     assert d["missing"] == ["wide-rows", "mid", "fwd+bwd"] and d["met"] is False
 

@@ -1,7 +1,7 @@
 """Draws of real models' shapes for the kernel sweep (benchmarks/shape_draws.py): reproducible
 from their seed, under the sweep's cap, never read by the fit when held out; the side-by-side
 table of fit and held-out draws (benchmarks/render_draws.py) from a small CSV; the training
-try-kernel benchmark's done-when (benchmarks/bench_train_try_kernel.py) from its rows."""
+try-kernel benchmark's target (benchmarks/bench_train_try_kernel.py) from its rows."""
 import math
 
 import pandas as pd
@@ -144,7 +144,7 @@ def _run(set_speedup, vs_compile, verdict_vs, status="passed", calls=9, routed=0
     return pd.DataFrame(tt.rows_of(payload, "llama_train", "k", {"date": "2026-12-01", "reps": 30}))
 
 
-def test_train_done_when_is_decided_from_the_measured_rows():
+def test_train_target_is_decided_from_the_measured_rows():
     assert tt.decide(_run(1.12, 1.02, "faster"))["verdict"] == "met"
     low = tt.decide(_run(1.03, 1.0, "no measurable difference"))
     assert low["verdict"] == "not met" and "1.030x eager < 1.05x" in low["why"]
