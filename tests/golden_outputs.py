@@ -48,7 +48,7 @@ _RUN_STAMP = re.compile(r"-\d{8}-\d{6}")
 
 
 def normalise(text: str, work: Path) -> str:
-    """Paths of this session's temporary directory and the checkout become <WORK> and <REPO>;
+    """Paths of the run's temporary directory and the checkout become <WORK> and <REPO>;
     timestamps <TIME>; default run names lose their date stamp."""
     text = text.replace(str(work), "<WORK>").replace(str(REPO), "<REPO>")
     return _RUN_STAMP.sub("-<STAMP>", _TIME.sub("<TIME>", text))

@@ -105,13 +105,10 @@ def interleaved_windows_s(variants: Sequence[TimedStep], windows: int, steps: in
     Stops after the round in which `deadline_s` (time.monotonic) passed; at least one round runs.
     """
     per_window = steps if regime == BACK_TO_BACK else 1
-    for v in variants:
-        with v.activate(), nvtx_range(f"advisor/warmup/{v.name}"):
-            for _ in range(warmup):
-                v.step()
+    warm_up(variants, warmup)
     times: dict[str, list[float]] = {v.name: [] for v in variants}
     for r in range(windows):
-        for v in _rotated(variants, r):
+        for v in rotated(variants, r):
             with v.activate(), nvtx_range(f"advisor/{regime}/{v.name}"):
                 times[v.name].append(window_s(v.step, per_window, device))
         if time.monotonic() > deadline_s:
@@ -119,7 +116,16 @@ def interleaved_windows_s(variants: Sequence[TimedStep], windows: int, steps: in
     return times
 
 
-def _rotated(variants: Sequence[TimedStep], round_index: int) -> list[TimedStep]:
+def warm_up(variants: Sequence[TimedStep], steps: int) -> None:
+    """Untimed steps of every variant, each inside its contexts, before the windows."""
+    for v in variants:
+        with v.activate(), nvtx_range(f"advisor/warmup/{v.name}"):
+            for _ in range(steps):
+                v.step()
+
+
+def rotated(variants: Sequence[TimedStep], round_index: int) -> list[TimedStep]:
+    """The round's order: each round starts one variant later, so none always goes first."""
     k = round_index % len(variants)
     return list(variants[k:]) + list(variants[:k])
 

@@ -15,7 +15,7 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from kernel_advisor.collect.loop_timing import TimedStep, autorange_steps, window_s
+from kernel_advisor.collect.loop_timing import TimedStep, autorange_steps, rotated, warm_up, window_s
 from kernel_advisor.collect.nvtx_ranges import nvtx_range
 
 
@@ -48,14 +48,10 @@ def lockstep_windows_s(variants: Sequence[TimedStep], windows: int, steps: int, 
                        device: torch.device, deadline: float = math.inf) -> dict[str, list[float]]:
     """Per variant, the job's step time per window: `windows` rounds, or fewer once rank 0's
     time.monotonic() passed `deadline` (at least one round runs)."""
-    for v in variants:
-        with v.activate(), nvtx_range(f"advisor/warmup/{v.name}"):
-            for _ in range(warmup):
-                v.step()
+    warm_up(variants, warmup)
     mine: dict[str, list[float]] = {v.name: [] for v in variants}
     for r in range(windows):
-        k = r % len(variants)
-        for v in list(variants[k:]) + list(variants[:k]):
+        for v in rotated(variants, r):
             with v.activate(), nvtx_range(f"advisor/back-to-back/{v.name}"):
                 mine[v.name].append(window_s(v.step, steps, device))
         if not rank0_says(time.monotonic() <= deadline, device):
