@@ -72,6 +72,28 @@ def steps_per_window(step_estimate_s: float) -> int:
     return int(min(MAX_WINDOW_STEPS, max(MIN_WINDOW_STEPS, math.ceil(TARGET_WINDOW_S / step_estimate_s))))
 
 
+def in_distributed_run() -> bool:
+    """Whether this process is one rank of a torch.distributed job of two or more."""
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def max_over_ranks(value: float, device: torch.device) -> float:
+    """The largest `value` over the ranks (this process's own outside a distributed job).
+
+    Whatever decides how many steps run (a window's length, another round) must be agreed:
+    every step runs the model's collectives, and a rank that ran fewer would leave its peers'
+    collectives unmatched (gloo: "Connection closed by peer" once it exits; NCCL: a hang)."""
+    if not in_distributed_run():
+        return value
+    import torch.distributed as dist
+
+    t = torch.tensor([float(value)], dtype=torch.float64, device=device if device.type == "cuda" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
 def autorange_steps(step: Callable[[], object], device: torch.device) -> int:
     """Steps per window, found as timeit's autorange does: double the window until it lasts
     TARGET_WINDOW_S. Timed back to back, so one slow (descheduled) step cannot size it."""

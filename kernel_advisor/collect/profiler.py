@@ -35,7 +35,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from kernel_advisor.collect.counts import validate_counts
 from kernel_advisor.collect.interrupts import deferred_sigint, hold_for_tests
 from kernel_advisor.collect.loader import LoadedModel
-from kernel_advisor.collect.loop_timing import steps_per_window, window_s
+from kernel_advisor.collect.loop_timing import in_distributed_run, max_over_ranks, steps_per_window, window_s
 from kernel_advisor.collect.noise import Load, LoadSampler, step_too_wide
 from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
 from kernel_advisor.collect.nvtx_ranges import nvtx_range
@@ -87,7 +87,7 @@ def capture(loaded: LoadedModel, mode: str, warmup: int, steps: int, workdir: Pa
         # Steps still speeding up are warm-up: timed again, up to a cap (collect/step_time.py).
         unprofiled, steady = time_until_steady(lambda: _timed_steps(step, steps, sync, report),
                                                drifting=_drifting_on_any_rank(loaded.device))
-        window = steps_per_window(statistics.median(unprofiled))
+        window = agreed_window(unprofiled, loaded.device)
         sampler = LoadSampler()
         activate, loop_body = loop_step(loaded, mode)  # the user's loop: its contexts once, not per step
         with activate():
@@ -136,25 +136,18 @@ def inductor_kernel_metadata():
         yield
 
 
+def agreed_window(unprofiled_s: list[float], dev: torch.device) -> int:
+    """Steps per back-to-back window for steps like `unprofiled_s`: the longest any rank needs,
+    so every rank runs the same number of steps (and of collectives)."""
+    return int(max_over_ranks(steps_per_window(statistics.median(unprofiled_s)), dev))
+
+
 def _drifting_on_any_rank(dev: torch.device) -> Callable[[list[float]], bool]:
-    """The warm-up check, agreed across ranks under torch.distributed (else this process's own).
-
-    Every extra round of timed steps runs the model's collectives: a rank that decided alone
-    to time another round would leave its peers' collectives unmatched (gloo: "Connection
-    closed by peer" once a peer exits; NCCL: a hang until the process group's timeout).
-    So the ranks time again when any rank still drifts.
-    """
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+    """The warm-up check, agreed across ranks under torch.distributed (else this process's own):
+    the ranks time another round when any rank still drifts (loop_timing.max_over_ranks)."""
+    if not in_distributed_run():
         return is_drifting
-
-    def any_rank(times: list[float]) -> bool:
-        flag = torch.tensor([int(is_drifting(times))], device=dev)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
-
-    return any_rank
+    return lambda times: bool(max_over_ranks(int(is_drifting(times)), dev))
 
 
 def _synchronizer(dev: torch.device) -> Callable[[], None]:
@@ -206,7 +199,7 @@ def _more_windows_while_noisy(step, loop: list[float], window: int, dev: torch.d
 
     Not under torch.distributed: each window runs the model's collectives, and a rank that
     decided alone to time more would leave its peers' collectives unmatched."""
-    if _distributed():
+    if in_distributed_run():
         return loop, 0
     out = list(loop)
     cap = len(loop) * NOISY_WINDOWS_FACTOR
@@ -222,12 +215,6 @@ def _more_windows_while_noisy(step, loop: list[float], window: int, dev: torch.d
 def _oversubscribed(sampler: LoadSampler) -> bool:
     load = sampler.load()
     return load is not None and load.oversubscribed()
-
-
-def _distributed() -> bool:
-    import torch.distributed as dist
-
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 def _one_timed(step, sync) -> float:

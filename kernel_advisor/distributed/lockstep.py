@@ -15,7 +15,8 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from kernel_advisor.collect.loop_timing import TimedStep, autorange_steps, rotated, warm_up, window_s
+from kernel_advisor.collect.loop_timing import (
+    TimedStep, autorange_steps, max_over_ranks, rotated, warm_up, window_s)
 from kernel_advisor.collect.nvtx_ranges import nvtx_range
 
 
@@ -23,18 +24,11 @@ def _comm_device(device: torch.device) -> torch.device:
     return device if device.type == "cuda" else torch.device("cpu")
 
 
-def agreed_max(value: float, device: torch.device) -> float:
-    """The largest `value` over the ranks."""
-    t = torch.tensor([float(value)], dtype=torch.float64, device=_comm_device(device))
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
-
-
 def agreed_steps(step: TimedStep, device: torch.device) -> int:
     """Steps per window: autorange on each rank, the largest wins."""
     with step.activate():
         mine = autorange_steps(step.step, device)
-    return int(agreed_max(mine, device))
+    return int(max_over_ranks(mine, device))
 
 
 def rank0_says(flag: bool, device: torch.device) -> bool:
