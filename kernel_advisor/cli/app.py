@@ -18,8 +18,23 @@ from kernel_advisor.errors import (EXIT_CODE_HELP, AdvisorError, EnvironmentCapa
                                    UserInputError, exception_text)
 
 F = TypeVar("F", bound=Callable)
-# Newer typer vendors its own click; take the classes from typer's own exceptions.
-UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
+def usage_error_class(bad_parameter: type = typer.BadParameter, name: str = "UsageError") -> type:
+    """click's UsageError, the base of every usage error (NoSuchOption, MissingParameter, …), as
+    the installed typer raises it. typer >= 0.2x vendors click as typer._click and exports only
+    BadParameter, so the class is found in its MRO by name (tests/test_upstream_pins.py pins it);
+    failing that, the most general class there with click's usage exit code 2; failing that,
+    BadParameter itself (a bad value is still one line; other usage errors keep click's panel)."""
+    mro = bad_parameter.__mro__
+    named = next((c for c in mro if c.__name__ == name), None)
+    if named is not None:
+        return named
+    usage = [c for c in mro if getattr(c, "exit_code", None) == 2]
+    return usage[-1] if usage else bad_parameter
+
+
+UsageError = usage_error_class()
 BadParameter = typer.BadParameter
 ClickExit = typer.Exit
 # What a flag given a value looks like: `--json true` (the flag takes none).
@@ -134,6 +149,15 @@ def _usage_error(e: Exception) -> None:
     exit_with_line(_usage_line(e, command), int(ExitCode.USER_INPUT))
 
 
+# Typer's and pydantic's wording that _usage_line rewrites (tests/test_upstream_pins.py checks
+# each against what the installed typer prints; where one stops matching, the line keeps
+# typer's own text): the value given, in "'float64' is not one of 'keep', …"; pydantic's prefix
+# of a validator's ValueError; click's extra-arguments message.
+GIVEN_CHOICE = re.compile(r"""('[^']*'|"[^"]*") is not one of""")
+PYDANTIC_VALUE_ERROR = "Value error, "
+EXTRA_ARGUMENTS = re.compile(r"Got unexpected extra argument(?:s|\(s\))? \((.*)\)")
+
+
 def _usage_line(e: Exception, command: str) -> str:
     """One `<problem> — <fix>` line for a usage error, without the validator's own wording."""
     message = e.format_message()  # type: ignore[attr-defined]
@@ -142,11 +166,11 @@ def _usage_line(e: Exception, command: str) -> str:
     if choices:
         # Typer's own wording is "Invalid value for '--dtype': Value error, 'float64' is not one
         # of 'keep', 'float32', …." (pydantic's prefix, quotes, a stray full stop).
-        given = re.search(r"""('[^']*'|"[^"]*") is not one of""", message)
+        given = GIVEN_CHOICE.search(message)
         what = param.opts[0] if param.opts else param.name
         return f"invalid {what} {given.group(1) if given else 'value'} — use one of {', '.join(choices)}"
-    message = message.replace("Value error, ", "")
-    extra = re.fullmatch(r"Got unexpected extra argument(?:s|\(s\))? \((.*)\)", message)
+    message = message.replace(PYDANTIC_VALUE_ERROR, "")
+    extra = EXTRA_ARGUMENTS.fullmatch(message)
     if extra and extra.group(1).lower() in _FLAG_VALUES:
         return (f"unexpected argument '{extra.group(1)}': flags such as --json take no value — pass the "
                 f"flag alone to turn it on, leave it out to keep it off")
