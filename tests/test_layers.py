@@ -132,18 +132,13 @@ def test_no_two_public_names_alike():
     assert shared <= SHARED_NAMES, {n: where[n] for n in shared - SHARED_NAMES}
 
 
-# run.json keys read by string outside records/ (RunMeta's attributes instead), still to move;
-# attention_graph.py reads torch.fx's Node.meta, which is not run.json.
-META_BY_STRING = {"distributed", "actions/attention_graph.py"}
-
-
 def test_run_json_is_read_through_records():
     import re
 
     by_string = re.compile(r"""\bmeta(?:\[|\.get\()["']""")
     for path in _modules():
         rel = _rel(path)
-        if _package(path) == "records" or rel in META_BY_STRING or _package(path) in META_BY_STRING:
+        if _package(path) == "records":
             continue
         lines = [n for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if by_string.search(line)]
         assert not lines, f"{rel}:{lines[0]} reads run.json by key: use RunMeta's attributes (records/run.py)"

@@ -4,7 +4,7 @@ The graph is torch-level FX as torch._dynamo.export captures it: `q @ k.transpos
 a scale (`/ sqrt(d)`, `* scale`), masks (`masked_fill(cond, -inf)`, `torch.where`, `+ mask`),
 casts, `softmax(dim=-1)`, dropout, `@ v`. Every node between the two matmuls must feed only
 the next one (scores used elsewhere — returned attention weights — cannot be rewritten).
-Each node carries its example value (shape and dtype) in `node.meta["example_value"]`.
+Each node carries its example value (shape and dtype) in its fx meta, under EXAMPLE_VALUE.
 """
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
+
+# The key under which dynamo records a node's example tensor in `node.meta`.
+EXAMPLE_VALUE = "example_value"
 
 _SOFTMAX = {F.softmax, torch.softmax, torch.Tensor.softmax}
 _MATMUL = {operator.matmul, torch.matmul, torch.bmm, torch.Tensor.matmul, torch.Tensor.bmm}
@@ -54,7 +57,7 @@ def _is(node, fns: set, methods: set[str] = frozenset()) -> bool:
 
 
 def _value(node):
-    return node.meta.get("example_value") if isinstance(node, fx.Node) else None
+    return node.meta.get(EXAMPLE_VALUE) if isinstance(node, fx.Node) else None
 
 
 def _shape(node):

@@ -10,7 +10,7 @@ import math
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from kernel_advisor.collect.run_meta import FILES, run_json
 from kernel_advisor.collect.rundir import read_table, write_json_atomic
@@ -19,6 +19,7 @@ from kernel_advisor.distributed.merge import STRAGGLER_MIN_RATIO, WAIT_MIN_PCT, 
 from kernel_advisor.distributed.overlap import Overlap
 from kernel_advisor.distributed.rank_output import RANK_FILES
 from kernel_advisor.errors import AdvisorError, UserInputError
+from kernel_advisor.records.run import RunMeta
 
 RANKS_FILE = "ranks.json"
 
@@ -31,15 +32,15 @@ def overlap_from_json(doc: dict) -> Overlap:
     return Overlap(**{k: math.nan if v is None else v for k, v in doc.items()})
 
 
-def load_rank(rank_dir: Path) -> tuple[dict, RankResult]:
+def load_rank(rank_dir: Path) -> tuple[RunMeta, RankResult]:
     """(rank.json, the merge's view of it) for one rank directory."""
-    meta = json.loads((rank_dir / RANK_FILES["rank"]).read_text(encoding="utf-8"))
-    info = meta["rank"]
+    meta = RunMeta.of(json.loads((rank_dir / RANK_FILES["rank"]).read_text(encoding="utf-8")))
+    info = meta.rank
     overlap = overlap_from_json(info["overlap"])
     calls = read_table(rank_dir / RANK_FILES["comms"])
     by_collective = {k: overlap_from_json(v) for k, v in (info.get("overlap_by_collective") or {}).items()}
-    result = RankResult(rank=int(info["rank"]), steps=int(meta["steps"]),
-                        step_wall_s=tuple(meta["step_wall_s"]), device_busy_s=float(meta["device_busy_s"]),
+    result = RankResult(rank=int(info["rank"]), steps=int(meta.steps),
+                        step_wall_s=tuple(meta.step_wall_s), device_busy_s=float(meta.device_busy_s),
                         calls=calls, overlap=overlap, overlap_by_collective=by_collective)
     return meta, result
 
@@ -57,13 +58,14 @@ def json_clean(value: Any) -> Any:
     return value
 
 
-def ranks_document(merged: Merged, metas: list[dict], ceiling: BusCeiling) -> dict:
-    info = metas[0]["rank"]
+def ranks_document(merged: Merged, metas: list[Mapping[str, Any]], ceiling: BusCeiling) -> dict:
+    metas = [RunMeta.of(m) for m in metas]
+    info = metas[0].rank
     ranks = []
     for row, meta in zip(merged.ranks.to_dict("records"), metas):
         files = {k: f"{rank_dir_name(row['rank'])}/{v}" for k, v in RANK_FILES.items()}
-        ranks.append({**row, "device": meta["rank"]["device"], "device_name": meta["device"]["name"],
-                      "step_wall_s": meta["step_wall_s"], "unprofiled_step_wall_s": meta["unprofiled_step_wall_s"],
+        ranks.append({**row, "device": meta.rank["device"], "device_name": meta.device_name,
+                      "step_wall_s": meta.step_wall_s, "unprofiled_step_wall_s": meta.unprofiled_step_wall_s,
                       "files": files})
     return json_clean({"world_size": merged.world_size, "backend": info["backend"], "wrapper": info["wrapper"],
                        **merged_sections(merged, ranks, ceiling)})
@@ -88,22 +90,22 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def assemble_run(run_tmp: Path, world_size: int) -> dict:
+def assemble_run(run_tmp: Path, world_size: int) -> RunMeta:
     """Merge rank0..rank{n-1} in `run_tmp` and write the run's main files; returns run.json."""
     loaded = [load_rank(run_tmp / rank_dir_name(r)) for r in range(world_size)]
     metas = [meta for meta, _ in loaded]
-    device = metas[0]["device"]
+    device = metas[0].device
     ceiling = bus_ceiling(device["type"], device["name"], device.get("driver", ""))
     merged = merge_ranks([result for _, result in loaded], ceiling.bytes_per_s)
     rank0 = run_tmp / rank_dir_name(0)
     for key in ("ops", "sequence", "trace"):
         _link_or_copy(rank0 / RANK_FILES[key], run_tmp / FILES[key])
     write_json_atomic(run_tmp / RANKS_FILE, ranks_document(merged, metas, ceiling))
-    meta = {k: v for k, v in metas[0].items() if k != "rank"}
-    info = metas[0]["rank"]
-    meta["distributed"] = json_clean({**merged.evidence, "backend": info["backend"], "wrapper": info["wrapper"],
-                                      "bus_ceiling_source": ceiling.source, "bus_link": ceiling.link})
-    meta["files"] = {**FILES, "ranks": RANKS_FILE}
+    info = metas[0].rank
+    meta = RunMeta({k: v for k, v in metas[0].items() if k != "rank"}).with_keys(
+        distributed=json_clean({**merged.evidence, "backend": info["backend"], "wrapper": info["wrapper"],
+                                "bus_ceiling_source": ceiling.source, "bus_link": ceiling.link}),
+        files={**FILES, "ranks": RANKS_FILE})
     write_json_atomic(run_tmp / "run.json", run_json(meta))
     return meta
 

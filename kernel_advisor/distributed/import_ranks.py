@@ -20,6 +20,7 @@ from kernel_advisor.distributed.rank_summary import RankSummary
 from kernel_advisor.distributed.skew import call_spreads, lateness_table, skew_frame
 from kernel_advisor.distributed.summary_pool import Progress, summarize_ranks
 from kernel_advisor.pipeline import import_to_run
+from kernel_advisor.records.run import RunMeta
 
 COMMS_FILE = "comms.csv"
 
@@ -69,9 +70,9 @@ def import_rank_dir(directory: Path, args: dict, out_dir: Path, workers: int | N
             (tmp / rank_dir_name(s.rank)).mkdir()
             write_table(tmp / rank_dir_name(s.rank) / COMMS_FILE, s.calls_frame())
         write_json_atomic(tmp / RANKS_FILE, doc)
-        meta["distributed"] = json_clean({**merged.evidence, "backend": backend, "wrapper": "unknown",
-                                          "bus_ceiling_source": ceiling.source, "bus_link": ceiling.link})
-        meta["files"] = {**meta.get("files", {}), "ranks": RANKS_FILE}
+        meta.update(distributed=json_clean({**merged.evidence, "backend": backend, "wrapper": "unknown",
+                                            "bus_ceiling_source": ceiling.source, "bus_link": ceiling.link}),
+                    files={**RunMeta.of(meta).files, "ranks": RANKS_FILE})
 
     args = {**args, "source_trace": str(files[0].path), "source_dir": str(directory), "world_size": len(files)}
     return import_to_run(files[0].path, args, out_dir, finish)

@@ -23,6 +23,7 @@ from kernel_advisor.distributed.measure_worker import MeasureSettings
 from kernel_advisor.errors import AdvisorError, UserInputError
 from kernel_advisor.experiment.trial import Outcome
 from kernel_advisor.records.distributed_experiments import FILE, DistributedExperimentsRecord
+from kernel_advisor.records.run import RunMeta
 
 MODULE = "kernel_advisor.distributed.measure_worker"
 DRAWS, WARMUP, WINDOWS = 2, 3, 12
@@ -30,13 +31,14 @@ DRAWS, WARMUP, WINDOWS = 2, 3, 12
 
 def run_wrapper(meta: Mapping[str, Any]) -> str | None:
     """The wrapper a distributed run's ranks used; None for a single-process run."""
-    info = meta.get("distributed") or {}
+    info = RunMeta.of(meta).distributed
     return info.get("wrapper") if (info.get("world_size") or 0) >= 2 else None
 
 
 def settings_for(meta: Mapping[str, Any], run_dir: Path, actions: Sequence[str], budget_s: float | None,
                  log_dir: Path) -> MeasureSettings:
-    model, args = meta.get("model") or {}, meta.get("args") or {}
+    meta = RunMeta.of(meta)
+    model, args = meta.model, meta.args
     path = Path(model.get("file") or "")
     if not path.is_file():
         raise UserInputError(f"--measure needs the model file, and run.json names {path}, which is not here",
@@ -68,7 +70,7 @@ def measure_distributed(meta: Mapping[str, Any], run_dir: Path, actions: Sequenc
     todo = [a for a in actions if a not in out]
     if not todo:
         return out
-    nproc = int(meta["distributed"]["world_size"])
+    nproc = int(RunMeta.of(meta).distributed["world_size"])
     log_dir = Path(tempfile.mkdtemp(prefix="advisor-measure-ranks-"))
     keep_logs = False
     try:

@@ -125,8 +125,9 @@ def merge_node_dirs(dirs: Sequence[Path], out_dir: Path) -> tuple[Path, dict]:
         meta = assemble_run(tmp, records[0].world_size)
         nodes = nodes_record(tmp, records, dirs)
         write_json_atomic(tmp / NODES_FILE, nodes.to_json())
-        meta["distributed"].update(json_clean({"nnodes": nodes.nnodes, "ranks_per_node": nodes.ranks_per_node,
-                                               **link_evidence(nodes.links)}))
-        meta["files"] = {**meta["files"], "nodes": NODES_FILE}
+        meta = meta.with_keys(
+            distributed={**meta.distributed, **json_clean({"nnodes": nodes.nnodes, "ranks_per_node": nodes.ranks_per_node,
+                                                           **link_evidence(nodes.links)})},
+            files={**meta.files, "nodes": NODES_FILE})
         write_json_atomic(tmp / "run.json", run_json(meta))
     return writer.final, meta

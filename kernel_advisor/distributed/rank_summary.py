@@ -52,8 +52,9 @@ class RankSummary:
                           overlap=Overlap(**{k: math.nan if v is None else v for k, v in self.overlap.items()}))
 
 
-def device_name(meta: dict, device_type: str) -> str:
-    props = meta.get("deviceProperties")
+def device_name(trace_meta: dict, device_type: str) -> str:
+    """The GPU's name from a kineto trace's metadata (its deviceProperties)."""
+    props = trace_meta.get("deviceProperties")
     if device_type == "cuda" and isinstance(props, list) and props and isinstance(props[0], dict):
         return str(props[0].get("name", "GPU"))
     return "cpu" if device_type == "cpu" else "GPU"

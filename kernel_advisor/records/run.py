@@ -231,6 +231,15 @@ class RunMeta(dict):
         return _section(self, "distributed")
 
     @property
+    def rank(self) -> dict[str, Any]:
+        """A rank directory's rank.json: this rank's own section (rank, backend, wrapper, overlap)."""
+        return _section(self, "rank")
+
+    @property
+    def files(self) -> dict[str, Any]:
+        return _section(self, "files")
+
+    @property
     def is_distributed(self) -> bool:
         return "distributed" in self
 
