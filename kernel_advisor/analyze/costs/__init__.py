@@ -11,11 +11,9 @@ an op or an argument pattern they do not cover (unknown is not zero).
 """
 from __future__ import annotations
 
-from kernel_advisor.analyze.costs import (activations, attention, batchnorm, conv, copies,  # noqa: F401
-                                          distances, einsum, fft, indexing, losses, matmul, norms, optim,
-                                          pooling, rearrange, reductions, rnn, sampling, transformer, views)
-from kernel_advisor.analyze.costs.inductor import inductor_kernel_bytes
-from kernel_advisor.analyze.costs.registry import (OpCost, cost_arguments, modelled_op_names,
+from kernel_advisor.analyze.costs import (attention, conv, copies, einsum, indexing, losses, matmul, norms, pointwise,  # noqa: F401
+                                          rearrange, reductions, rnn, sampling)
+from kernel_advisor.analyze.costs.registry import (OpCost, cost_arguments, inductor_kernel_bytes, modelled_op_names,
                                                    op_cost)
 
 __all__ = ["OpCost", "op_cost", "cost_arguments", "modelled_op_names", "inductor_kernel_bytes"]

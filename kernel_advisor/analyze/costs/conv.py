@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from torch.utils import flop_counter
 
 from kernel_advisor.analyze.costs.call import OpCall, Tensor
-from kernel_advisor.analyze.costs.common import io_cost, written
-from kernel_advisor.analyze.costs.registry import OpCost, register
+from kernel_advisor.analyze.costs.registry import OpCost, io_cost, register, written
 from kernel_advisor.analyze.costs.shapes import Unmodelled, conv_out_size, conv_transpose_out_size, expand_param
 
 

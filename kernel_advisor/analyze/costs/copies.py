@@ -10,8 +10,7 @@ import math
 
 from kernel_advisor.analyze.costs import dtypes as dt
 from kernel_advisor.analyze.costs.call import OpCall, Tensor
-from kernel_advisor.analyze.costs.common import ZERO_COST_DTYPE, io_cost, written
-from kernel_advisor.analyze.costs.registry import OpCost, register
+from kernel_advisor.analyze.costs.registry import ZERO_COST_DTYPE, OpCost, io_cost, register, written
 from kernel_advisor.analyze.costs.shapes import Unmodelled, broadcast
 
 

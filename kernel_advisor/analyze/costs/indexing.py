@@ -11,8 +11,7 @@ import math
 
 from kernel_advisor.analyze.costs import dtypes as dt
 from kernel_advisor.analyze.costs.call import OpCall, Tensor
-from kernel_advisor.analyze.costs.common import cost, io_cost, written
-from kernel_advisor.analyze.costs.registry import OpCost, register
+from kernel_advisor.analyze.costs.registry import OpCost, cost, io_cost, register, written
 from kernel_advisor.analyze.costs.shapes import Unmodelled, broadcast, wrap_dim
 
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from kernel_advisor.analyze.costs import dtypes as dt
 from kernel_advisor.analyze.costs.call import OpCall, Tensor
-from kernel_advisor.analyze.costs.common import io_cost, written
 from kernel_advisor.analyze.costs.norms import FORWARD_FLOPS_PER_ELEMENT
-from kernel_advisor.analyze.costs.registry import OpCost, register
+from kernel_advisor.analyze.costs.registry import OpCost, io_cost, register, written
 from kernel_advisor.analyze.costs.shapes import Unmodelled, broadcast, numel
 
 REDUCTION_NONE = 0  # at::Reduction::None; 1 is Mean, 2 is Sum

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 
 from kernel_advisor.analyze.costs import dtypes as dt
 from kernel_advisor.analyze.costs.call import OpCall, Tensor
-from kernel_advisor.analyze.costs.common import io_cost, written
 from kernel_advisor.analyze.costs.pointwise import Pointwise, pointwise_cost
-from kernel_advisor.analyze.costs.registry import OpCost, register
+from kernel_advisor.analyze.costs.registry import OpCost, io_cost, register, written
 from kernel_advisor.analyze.costs.shapes import Unmodelled, reduced, wrap_dim
 
 

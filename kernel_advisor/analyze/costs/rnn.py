@@ -27,8 +27,7 @@ from dataclasses import dataclass
 
 from kernel_advisor.analyze.costs import dtypes as dt
 from kernel_advisor.analyze.costs.call import OpCall, Tensor
-from kernel_advisor.analyze.costs.common import io_cost, written
-from kernel_advisor.analyze.costs.registry import OpCost, register
+from kernel_advisor.analyze.costs.registry import OpCost, io_cost, register, written
 from kernel_advisor.analyze.costs.shapes import Unmodelled
 
 GATES = {"gru": 3, "lstm": 4, "rnn_tanh": 1, "rnn_relu": 1}
