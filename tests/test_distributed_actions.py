@@ -13,11 +13,10 @@ from kernel_advisor import actions
 from kernel_advisor.actions import NotMeasurable
 from kernel_advisor.actions.data_parallel import ACTIONS, BF16_COMPRESS_RTOL, WRAPPER, _bf16_tolerance
 from kernel_advisor.collect.loader import load_model
-from kernel_advisor.distributed.comms import kernel_collective, normalise_collective
+from kernel_advisor.distributed.comms import Overlap, kernel_collective, normalise_collective
 from kernel_advisor.distributed.measure import measure_distributed, outcome_of
 from kernel_advisor.distributed.measure_worker import _worst_over_ranks
 from kernel_advisor.distributed.merge import RankResult, collective_overlap_frac
-from kernel_advisor.distributed.overlap import Overlap
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "data" / "ddp_tiny.py"

@@ -17,10 +17,9 @@ import pytest
 
 from kernel_advisor.collect.attribute import step_windows
 from kernel_advisor.collect.trace import is_comm_op, read_trace
-from kernel_advisor.distributed.comms import (
-    comm_calls, compute_intervals_us, in_windows, is_comm_kernel, windows_array)
+from kernel_advisor.distributed.comms import (comm_calls, comm_overlap, compute_intervals_us, in_windows,
+                                              is_comm_kernel, windows_array)
 from kernel_advisor.distributed.merge import merge_ranks
-from kernel_advisor.distributed.overlap import comm_overlap
 from kernel_advisor.distributed.rank_output import call_spans_us
 
 DATA = Path(__file__).parent / "data"

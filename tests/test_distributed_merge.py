@@ -7,14 +7,12 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from kernel_advisor.analyze.collectives import algbw_bytes_per_s, busbw_bytes_per_s, busbw_factor
-from kernel_advisor.distributed.comms import COMM_COLUMNS, kernel_collective, message_bytes, normalise_collective
+from kernel_advisor.distributed.comms import (COMM_COLUMNS, Overlap, comm_overlap, covered_length, intersection_length,
+                                              kernel_collective, merge_intervals, message_bytes, normalise_collective)
 from kernel_advisor.distributed.merge import STRAGGLER_MIN_RATIO, RankResult, merge_ranks, straggler_ratio
-from kernel_advisor.distributed.overlap import (
-    Overlap, comm_overlap, covered_length, intersection_length, merge_intervals)
 
 
 @pytest.mark.parametrize("raw,expected", [

@@ -6,7 +6,7 @@ from rich.console import Console
 from test_distributed_merge import two_ranks
 
 from kernel_advisor.distributed.assemble import json_clean, ranks_document
-from kernel_advisor.distributed.interconnect import BusCeiling
+from kernel_advisor.distributed.links import BusCeiling
 from kernel_advisor.distributed.merge import merge_ranks
 from kernel_advisor.render.dist_render import collective_table, distributed_json, distributed_line, rank_table
 

@@ -14,9 +14,9 @@ from typing import Any, Mapping
 
 from kernel_advisor.collect.run_meta import FILES, run_json
 from kernel_advisor.collect.rundir import read_table, write_json_atomic
-from kernel_advisor.distributed.interconnect import BusCeiling, bus_ceiling
+from kernel_advisor.distributed.comms import Overlap
+from kernel_advisor.distributed.links import BusCeiling, bus_ceiling
 from kernel_advisor.distributed.merge import STRAGGLER_MIN_RATIO, WAIT_MIN_PCT, Merged, RankResult, merge_ranks
-from kernel_advisor.distributed.overlap import Overlap
 from kernel_advisor.distributed.rank_output import RANK_FILES
 from kernel_advisor.errors import AdvisorError, UserInputError
 from kernel_advisor.records.run import RunMeta

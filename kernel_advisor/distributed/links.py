@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
+import torch
+import torch.distributed as dist
 
+from kernel_advisor.analyze.ceilings import match_device
+from kernel_advisor.analyze.collectives import algbw_bytes_per_s, busbw_bytes_per_s
 from kernel_advisor.distributed.merge import bandwidths, straggler_ratio
+from kernel_advisor.hardware.calibrate import ALLREDUCE_BYTES, read_calibration
 
 INTRA, INTER = "intra-node", "inter-node"
 
@@ -81,6 +89,99 @@ def internode_roof(measurements: list[dict]) -> dict:
 
 
 def intranode_roof(ceiling: dict) -> dict:
-    """The intra-node roof: the interconnect ceiling of one node (distributed.interconnect)."""
+    """The intra-node roof: the interconnect ceiling of one node (interconnect_ceiling, above)."""
     return {"busbw_bytes_per_s": ceiling.get("bytes_per_s"), "source": ceiling.get("source", "none"),
             "link": ceiling.get("link", "none")}
+
+
+# ------------------------------------------------------------
+# The bus-bandwidth ceiling collectives are judged against: measured, else the datasheet.
+
+@dataclass(frozen=True)
+class BusCeiling:
+    bytes_per_s: float | None  # per direction, comparable with nccl-tests busbw; None = unknown
+    link: str  # "nvlink", "pcie", "all-reduce (calibrated)" or "none"
+    source: str  # "measured", "datasheet" or "none"
+
+    def to_json(self) -> dict:
+        return {"bytes_per_s": self.bytes_per_s, "link": self.link, "source": self.source}
+
+
+NO_CEILING = BusCeiling(None, "none", "none")
+
+
+def per_direction_bytes_per_s(bidirectional_bytes_per_s: float) -> float:
+    """Datasheets add both directions (H200: 18 NVLinks x 25 GB/s x 2 = 900 GB/s).
+
+    NB: busbw counts the bytes each rank sends, one direction, so its ceiling is half the
+    datasheet figure (450 GB/s on an H200).
+    """
+    return bidirectional_bytes_per_s / 2
+
+
+def bus_ceiling(device_type: str, device_name: str, driver: str,
+                cache_dir: Path | str | None = None) -> BusCeiling:
+    """`advisor calibrate`'s all-reduce busbw when cached, else NVLink, else PCIe (datasheet).
+
+    CPU runs (gloo over sockets) have no ceiling in the table.
+    """
+    if device_type != "cuda":
+        return NO_CEILING
+    cal = read_calibration(device_name, driver, cache_dir)
+    if cal is not None and cal.allreduce is not None:
+        # NB: busbw is close to independent of the rank count on a switched fabric
+        # (that is what it is for), so a calibration on n GPUs serves runs on m.
+        return BusCeiling(cal.allreduce.busbw_bytes_per_s, "all-reduce (calibrated)", "measured")
+    spec = match_device(device_name)
+    if spec is not None and spec.nvlink_bytes_per_s:
+        return BusCeiling(per_direction_bytes_per_s(spec.nvlink_bytes_per_s), "nvlink", "datasheet")
+    if spec is not None and spec.pcie_bytes_per_s:
+        return BusCeiling(per_direction_bytes_per_s(spec.pcie_bytes_per_s), "pcie", "datasheet")
+    return NO_CEILING
+
+
+# ------------------------------------------------------------
+# The link a collective crosses, timed as `advisor calibrate` times the intra-node one: a
+# sum all-reduce of one large buffer, back-to-back calls between synchronisations, the median
+# of the reps. Here it runs through the job's own process group, over a group whose ranks
+# span the nodes, so it measures the inter-node path the run's collectives took.
+
+# NB: gloo on CPU reduces on the host's cores: a smaller buffer and fewer calls keep the
+# measurement to about a second; the figure is for checking a setup, as the run's own.
+CPU_ALLREDUCE_BYTES = 16 << 20
+SETTINGS = {"cuda": {"size_bytes": ALLREDUCE_BYTES, "warmup": 3, "reps": 5, "batch": 10},
+            "cpu": {"size_bytes": CPU_ALLREDUCE_BYTES, "warmup": 1, "reps": 3, "batch": 2}}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_group_allreduce(device: torch.device, nnodes: int, group=None) -> dict:
+    """Every rank of `group` (default: the world) takes part; returns the slowest rank's median."""
+    s = SETTINGS["cuda" if device.type == "cuda" else "cpu"]
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # gloo sums float32
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    buf = torch.zeros(max(s["size_bytes"] // itemsize, 1), dtype=dtype, device=device)
+    for _ in range(s["warmup"]):
+        dist.all_reduce(buf, group=group)
+    _sync(device)
+    times_s = []
+    for _ in range(s["reps"]):
+        dist.barrier(group=group)
+        t0 = time.perf_counter()
+        for _ in range(s["batch"]):
+            dist.all_reduce(buf, group=group)
+        _sync(device)
+        times_s.append((time.perf_counter() - t0) / s["batch"])
+    slowest = torch.tensor([statistics.median(times_s)], dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
+    median_s = float(slowest.item())
+    size = buf.numel() * itemsize
+    n = dist.get_world_size(group)
+    return {"collective": "all_reduce", "world_size": n, "nnodes": nnodes, "size_bytes": size,
+            "dtype": str(dtype).removeprefix("torch."), "median_s": median_s, "reps": s["reps"], "batch": s["batch"],
+            "algbw_bytes_per_s": algbw_bytes_per_s(size, median_s),
+            "busbw_bytes_per_s": busbw_bytes_per_s("all_reduce", size, median_s, n),
+            "backend": dist.get_backend(group), "method": "process group, ranks spanning the nodes"}

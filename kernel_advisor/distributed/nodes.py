@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+import pandas as pd
+
 from kernel_advisor.collect.run_meta import run_json
 from kernel_advisor.collect.rundir import RunWriter, write_json_atomic
 from kernel_advisor.distributed.assemble import (RANKS_FILE, _link_or_copy, assemble_run, json_clean, load_rank,
@@ -23,9 +25,7 @@ from kernel_advisor.distributed.merge import aligned_calls, numbered_calls
 from kernel_advisor.distributed.rank_output import RANK_FILES
 from kernel_advisor.distributed.rendezvous import Rendezvous
 from kernel_advisor.errors import AdvisorError, UserInputError
-from kernel_advisor.records.node import NODE_FILE, NODES_FILE, NodeRecord, NodesRecord
-
-import pandas as pd
+from kernel_advisor.records.node import NODES_FILE, NODE_FILE, NodeRecord, NodesRecord
 
 
 def _rank_metas(run_tmp: Path) -> list[dict]:

@@ -19,8 +19,7 @@ from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.profiler import Capture
 from kernel_advisor.collect.run_meta import run_json
 from kernel_advisor.collect.rundir import write_json_atomic, write_table
-from kernel_advisor.distributed.comms import comm_calls, compute_intervals_us, windows_array
-from kernel_advisor.distributed.overlap import Overlap, comm_overlap
+from kernel_advisor.distributed.comms import Overlap, comm_calls, comm_overlap, compute_intervals_us, windows_array
 from kernel_advisor.pipeline import analyze_capture  # the same sequence a single-process run takes
 
 RANK_FILES = {"ops": "ops.csv", "sequence": "sequence.csv", "trace": "trace.json.gz",

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from kernel_advisor.collect.loader import load_model
 from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
 from kernel_advisor.collect.profiler import capture
-from kernel_advisor.distributed.link_bench import measure_group_allreduce
+from kernel_advisor.distributed.links import measure_group_allreduce
 from kernel_advisor.distributed.rank_output import write_rank_dir
 from kernel_advisor.distributed.wrap import wrap_model
 from kernel_advisor.errors import AdvisorError, ExitCode
