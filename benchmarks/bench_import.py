@@ -8,7 +8,7 @@ is ru_maxrss of that process and, separately, the largest of its reader workers;
     python benchmarks/bench_import.py                     # generate, then measure
     python benchmarks/bench_import.py /tmp/big.json.gz --workers 1 --out bench.json
 
-Budget (issue 2): a 1 M-kernel trace imports in <= 20 s and <= 2 GB peak RAM on 2 cores.
+Budget: a 1 M-kernel trace imports in <= 20 s and <= 2 GB peak RAM on 2 cores.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 One long table, benchmarks/data/kernels.csv: one row per (op, rows, cols, dtype, pass,
 provider, gpu), upserted by that key (a rerun replaces its rows and keeps every other one, as
-Liger-Kernel's own benchmark CSV does). docs/benchmarks.md's kernel tables and the issue's
+Liger-Kernel's own benchmark CSV does). docs/benchmarks.md's kernel tables and the
 target figure are generated from it by benchmarks/render_kernels.py.
 
 The sweep is declared, not hand-looped: SHAPE_CLASSES (few-rows, wide-rows, mid, large; rows

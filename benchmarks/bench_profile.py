@@ -30,7 +30,7 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-from docdata import splice_block, upsert_rows, write_csv_atomic  # noqa: E402
+from docdata import commit_source, splice_block, upsert_rows, write_csv_atomic  # noqa: E402
 
 DEFAULT_CSV = REPO / "benchmarks" / "data" / "profile_overhead.csv"
 DOCS = REPO / "docs" / "benchmarks.md"
@@ -150,7 +150,7 @@ def render(df: pd.DataFrame) -> str:
     """The docs block: one row per workload, host-bound ones judged against AIM."""
     first = df.iloc[0]
     lines = [f"{', '.join(sorted(set(df['date'])))} · {first['gpu']} · torch {first['torch']}, triton "
-             f"{first['triton']} · commit {', '.join(sorted(set(df['commit'])))} · "
+             f"{first['triton']} · {commit_source('benchmarks/data/profile_overhead.csv')} · "
              f"`python3 benchmarks/bench_profile.py` · raw: `benchmarks/data/profile_overhead.csv`. "
              f"`advisor profile MODEL --dtype bfloat16 --steps {int(first['steps'])}` with its default "
              f"settings (shapes recorded, no stacks); overhead = median profiled step / median "

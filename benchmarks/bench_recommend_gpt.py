@@ -1,4 +1,4 @@
-"""Predicted vs measured: apply recommend's advice to examples/gpt_block.py (issue 4 figures).
+"""Predicted vs measured: apply recommend's advice to examples/gpt_block.py.
 
 Profiles the GPT example (bf16 inference), runs `recommend`, then times variants with each
 recommendation applied by hand — SDPA for the naive attention, F.rms_norm for the written-out

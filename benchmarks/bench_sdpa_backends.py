@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 from bench_kernels_csv import commit  # noqa: E402
-from docdata import splice_block, upsert_rows, write_csv_atomic  # noqa: E402
+from docdata import commit_source, splice_block, upsert_rows, write_csv_atomic  # noqa: E402
 
 TABLE = REPO / "kernel_advisor" / "data" / "sdpa_backends.csv"
 DOCS = REPO / "docs" / "benchmarks.md"
@@ -125,7 +125,7 @@ def render(table: pd.DataFrame) -> str:
         grid = ratio.unstack("head_dim")
         dates = sorted(str(d)[:10] for d in g["date"])
         head = (f"**{gpu}, {dtype}, {pass_}** ({dates[0]} to {dates[-1]}, torch {', '.join(sorted(set(g['torch'])))}, "
-                f"commit {', '.join(sorted(set(map(str, g['commit']))))}): cuDNN time / FlashAttention-2 time")
+                f"{commit_source('kernel_advisor/data/sdpa_backends.csv')}): cuDNN time / FlashAttention-2 time")
         lines = ["| seq \\ head size | " + " | ".join(str(c) for c in grid.columns) + " |",
                  "|---:|" + "---:|" * len(grid.columns)]
         for seq, r in grid.iterrows():

@@ -34,7 +34,7 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-from docdata import splice_block, upsert_rows, write_csv_atomic  # noqa: E402
+from docdata import commit_source, splice_block, upsert_rows, write_csv_atomic  # noqa: E402
 
 MODEL = HERE / "models" / "llama_train.py"
 DEFAULT_CSV = HERE / "data" / "try_kernel_train.csv"
@@ -183,9 +183,10 @@ def render(df: pd.DataFrame) -> str:
         r0 = run_rows.iloc[0]
         d = decide(run_rows)
         lines = [f"**{model}** ({r0['mode']}, {r0['dtype']}) · {gpu} · torch {r0['torch']} · triton {r0['triton']} "
-                 f"· commit {r0['commit']} · {str(r0['date'])[:10]} · kernels `{kernels}` · {r0['reps']} rounds "
+                 f"· {str(r0['date'])[:10]} · kernels `{kernels}` · {r0['reps']} rounds "
                  f"of back-to-back windows (`benchmarks/bench_train_try_kernel.py`, "
-                 "`benchmarks/data/try_kernel_train.csv`)", "",
+                 f"`benchmarks/data/try_kernel_train.csv`; {commit_source('benchmarks/data/try_kernel_train.csv')})",
+                 "",
                  f"Routes followed: {r0['regime'] or '?'}", "",
                  "| variant | kind | status | calls (to eager) | step ms [95% CI] | vs eager | vs torch.compile |",
                  "|---|---|---|---:|---|---|---|"]

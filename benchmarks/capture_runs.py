@@ -22,7 +22,7 @@ sys.path.insert(0, str(HERE / "advice"))
 from run_advice import MODELS_DIR, profile_options  # noqa: E402
 
 KEPT = ("run.json", "ops.csv", "sequence.csv")
-# (model, mode): one model per class of miss (issue 18), plus the train-mode RNN whose
+# (model, mode): one model per class of miss, plus the train-mode RNN whose
 # gradient accumulation must not be offered as user code to fuse.
 RUNS = (("layernorm_3d", "inference"), ("bottleneck_1x1", "inference"), ("unet_groupnorm", "inference"),
         ("style_instance_norm", "inference"), ("ce_large_vocab", "inference"), ("log_softmax_nll", "inference"),

@@ -1,5 +1,6 @@
-"""What the benchmark scripts share: a CSV is written whole or not at all, and a generated
-block goes between its markers in a docs page (or a new section holding them)."""
+"""What the benchmark scripts share: a CSV is written whole or not at all, a generated
+block goes between its markers in a docs page (or a new section holding them), and a block
+names the data file that holds its commits rather than printing them."""
 from __future__ import annotations
 
 import os
@@ -45,3 +46,10 @@ def splice_block(text: str, block: str, begin: str, end: str, title: str, before
         return text[:at + 1] + section + "\n" + text[at + 1:]
     head = text.rstrip("\n") + "\n\n" if text.strip() else ""
     return head + section
+
+
+def commit_source(path: str) -> str:
+    """Where a generated block's commits are: the docs describe the product, the data keeps
+    the provenance (date, GPU and versions are printed; commits stay in the file)."""
+    field = "column" if path.endswith(".csv") else "field"
+    return f"commit: the `commit` {field} of `{path}`"

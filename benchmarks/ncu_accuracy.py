@@ -1,4 +1,4 @@
-"""Our roofline verdicts against Nsight Compute's Speed-of-Light, kernel by kernel (issue 3).
+"""Our roofline verdicts against Nsight Compute's Speed-of-Light, kernel by kernel.
 
 1. Profile benchmarks/ncu_workload.py with kernel_advisor (bf16) → each kernel's owning row
    and that row's verdict, in launch order.

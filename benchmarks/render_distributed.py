@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 from distributed_record import DEFAULT_PATH, DistributedRecord, RunFigures, read_records  # noqa: E402
-from docdata import splice_block  # noqa: E402
+from docdata import commit_source, splice_block  # noqa: E402
 
 BEGIN, END = "<!-- measured:begin -->", "<!-- measured:end -->"
 TITLE = "Measured on a multi-GPU host"
@@ -78,7 +78,8 @@ def provenance(rec: DistributedRecord) -> str:
     link = link_text(g.get("topology") or [])
     return (f"**Measured {rec.date_utc[:10]}** on {rec.world_size} × {g['name']} (driver {g.get('driver') or DASH}"
             f"{', ' + link if link else ''}) · torch {v['torch']} · CUDA {v.get('cuda') or DASH} · "
-            f"NCCL {v.get('nccl') or DASH} · Triton {v.get('triton') or DASH} · commit {rec.commit} · "
+            f"NCCL {v.get('nccl') or DASH} · Triton {v.get('triton') or DASH} · "
+            f"{commit_source('benchmarks/data/distributed.json')} · "
             f"`{rec.command}` · `NCCL_NVLS_ENABLE={rec.env.get('NCCL_NVLS_ENABLE')}` · "
             "raw: `benchmarks/data/distributed.json`")
 

@@ -14,11 +14,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from docdata import splice_block  # noqa: E402
+from docdata import commit_source, splice_block  # noqa: E402
 from scale_record import DEFAULT_PATH, read_rows  # noqa: E402
 
 BEGIN, END = "<!-- scale:begin -->", "<!-- scale:end -->"
 TITLE = "Measured at scale"
+DATA_NAME = "benchmarks/data/distributed_scale.json"  # the blocks name it as the holder of their commits
 DASH = "–"
 
 
@@ -46,7 +47,7 @@ def import_lines(r: dict) -> list[str]:
     m = r["machine"]
     found = "found" if r["deliberate_straggler"] in (r.get("straggler_ranks") or []) else "**not found**"
     return [
-        f"**`advisor import DIR/`, {r['key']}** — measured {r['date_utc'][:10]} · commit {r['commit']} · "
+        f"**`advisor import DIR/`, {r['key']}** — measured {r['date_utc'][:10]} · {commit_source(DATA_NAME)} · "
         f"torch {r['versions']['torch']} · {m['cpu']}, {m['cores']} cores (shared) · `{r['command']}`",
         "",
         "| figure | value |", "|---|---|",
@@ -66,7 +67,7 @@ def multinode_lines(r: dict) -> list[str]:
     inter, roof = r["inter_node"], r["internode_roof"]
     frac = inter.get("busbw_frac_of_roof")
     return [
-        f"**Two nodes simulated on one host, {r['key']}** — measured {r['date_utc'][:10]} · commit {r['commit']} · "
+        f"**Two nodes simulated on one host, {r['key']}** — measured {r['date_utc'][:10]} · {commit_source(DATA_NAME)} · "
         f"torch {r['versions']['torch']}{' · ' + r['machine']['gpu'] if r['machine'].get('gpu') else ''} · `{r['command']}`",
         "",
         "| figure | value |", "|---|---|",

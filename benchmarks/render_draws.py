@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench_kernels_csv import OTHERS
-from docdata import splice_block
+from docdata import commit_source, splice_block
 from kernel_routes import as_routed
 from render_kernels import WIN_RATIO, _cell, _ms, _num, _rows, groups
 from shape_draws import FAMILIES, FAMILY_OF, GRID, draw_of, is_fit_draw
@@ -106,7 +106,8 @@ def header(df: pd.DataFrame, names: list[str], routes_path: Path, left_out: dict
              f"{', '.join(d for d in names if is_fit_draw(d)) or 'nothing'}; ours counts as ≥ "
              f"{WIN_RATIO:g}× the best peer where best peer ms / ours ms ≥ {WIN_RATIO:g}, ours being the "
              "best bundled kernel or, where the routes send the call to eager, eager (GPU time, as in a "
-             "device-bound step)."]
+             f"device-bound step). Per draw, its shapes, dates and peers; "
+             f"{commit_source('benchmarks/data/kernels.csv')}."]
     for d in names:
         rows = df[draw_of(df) == d]
         dates = sorted(x[:10] for x in rows["date"] if isinstance(x, str) and x)
@@ -116,12 +117,12 @@ def header(df: pd.DataFrame, names: list[str], routes_path: Path, left_out: dict
         if not is_fit_draw(d):
             measured = sorted({x for x in rows["routes"] if isinstance(x, str) and x})
             note = ("; measured against these routes" if measured == [sha] else
-                    f"; measured against routes {', '.join(measured) or '?'}, refit since: judged by the "
+                    f"; measured against routes of sha256 {', '.join(measured) or '?'}, refit since: judged by the "
                     "current ones, which never saw it either")
         cut = f"; {left_out[d]} group(s) missing a peer left out" if left_out.get(d) else ""
         lines.append(f"- `{d}`: {shapes} shapes, {dates[0] if dates else '?'}"
-                     f"{' to ' + dates[-1] if dates and dates[-1] != dates[0] else ''}, commit "
-                     f"{', '.join(sorted(set(rows['commit']) - {''})) or '?'}, peers {peers or 'none'}{note}{cut}")
+                     f"{' to ' + dates[-1] if dates and dates[-1] != dates[0] else ''}, "
+                     f"peers {peers or 'none'}{note}{cut}")
     return "\n".join(lines)
 
 

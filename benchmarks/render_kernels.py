@@ -36,7 +36,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 from bench_kernels_csv import (BUNDLED, CLASS_NAMES, DEFAULT_CSV, OTHERS,  # noqa: E402
                                PROVIDERS, read_csv)
-from docdata import splice_block  # noqa: E402
+from docdata import commit_source, splice_block  # noqa: E402
 from kernel_routes import as_shipped, point_of, routes_table  # noqa: E402
 from shape_draws import GRID, draw_of, fit_rows  # noqa: E402
 
@@ -47,7 +47,7 @@ TITLE = "Bundled kernels side by side"
 WIN_RATIO = 0.97  # best bundled at >= 97 % of the best other's speed counts as not losing
 TARGET_SHARE = 0.90
 GROUP = ["gpu", "op", "rows", "cols", "dtype", "pass", "draw"]
-REQUIRED_CLASSES = ("few-rows", "wide-rows", "mid")  # the issue's coverage: + fwd+bwd
+REQUIRED_CLASSES = ("few-rows", "wide-rows", "mid")  # the target's coverage: + fwd+bwd
 
 
 def _timed(df: pd.DataFrame) -> pd.DataFrame:
@@ -103,7 +103,7 @@ def share(gr: pd.DataFrame, by: str | None = None) -> pd.DataFrame:
 
 
 def target_share(gr: pd.DataFrame) -> dict:
-    """The issue's figure for one GPU's groups: share, coverage, met."""
+    """The target figure for one GPU's groups: share, coverage, met."""
     total = share(gr).iloc[0]
     compared = gr[gr["outcome"].isin(["win", "loss"])]
     classes = set(compared["shape_class"])
@@ -154,7 +154,7 @@ def header_line(df: pd.DataFrame) -> str:
     liger = values("liger")
     return (f"**Measured {when}** on {values('gpu')} · torch {values('torch')} · triton "
             f"{values('triton')} · liger {liger if liger != '?' else 'not installed'}"
-            f" · commit {values('commit')} · {copy_text} · {len(df)} rows of "
+            f" · {commit_source('benchmarks/data/kernels.csv')} · {copy_text} · {len(df)} rows of "
             "`benchmarks/data/kernels.csv` (`benchmarks/bench_kernels_csv.py`; do_bench, L2 "
             "flushed, medians)")
 

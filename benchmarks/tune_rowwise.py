@@ -1,4 +1,4 @@
-"""Launch-setting sweep behind the defaults of the row-wise reference kernels (issue 5).
+"""Launch-setting sweep behind the defaults of the row-wise reference kernels.
 
 At 16384x8192 (and a few other long-row shapes for CUDA) it times each setting with
 triton.testing.do_bench (L2 flushed, median) and reports bandwidth as a share of the

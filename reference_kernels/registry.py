@@ -85,8 +85,7 @@ class Loss:
     """A shape class where the kernel is measured to lose: calls in it go to eager PyTorch.
 
     `figure`: what was measured (times or fractions of copy bandwidth, what it lost to);
-    `source`: where the figure is written down (a file of the repository, or the issue that
-    reported it); `path`: the kernel path the figure measured, so a later change of path
+    `source`: where the figure is written down (a file of the repository); `path`: the kernel path the figure measured, so a later change of path
     says which entries need measuring again."""
 
     shape_class: ShapeClass
@@ -128,7 +127,7 @@ class KernelSpec:
     tolerances: Tolerances = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     notes: str = ""
     # Shape classes measured to lose (to eager or torch.compile): try-kernel sends those
-    # calls to eager PyTorch and reports them (issue 'Bundled kernels that never lose').
+    # calls to eager PyTorch and reports them, so a bundled kernel never makes a call slower.
     loses: tuple[Loss, ...] = ()
     # Shape classes the kernel cannot take at all (beyond its index range, say): eager too.
     refuses: tuple[ShapeClass, ...] = ()

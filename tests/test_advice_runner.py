@@ -76,7 +76,7 @@ def test_hotspots_of_two_percent_are_rows_and_silence_is_named():
                                   "library: no library rule covers aten::cumsum")
     text = ra.silence(pd.DataFrame(rows))
     assert text == ("Of 2 hotspots of ≥ 2 % of device time in 1 models, 1 got a rung, 0 an evidenced "
-                    "leave-it, and 1 neither (listed below the table); hotspot rows from commit abc1234.")
+                    "leave-it, and 1 neither (listed below the table).")
     assert "| m | aten::cumsum (latency-bound) | 3.5 % | no rule estimates a saving for this op; library: no " \
            "library rule covers aten::cumsum |" \
         in ra.silent_table(pd.DataFrame(rows))
@@ -287,7 +287,9 @@ def test_header_line_takes_its_facts_from_the_rows():
     later = {**_row("B", "plan", "compile", 0.1, speedup=1.1), "date": "2026-11-26 09:00", "commit": "def5678"}
     header = ra.header_line(pd.concat([HAND, pd.DataFrame([later])]))
     assert header.startswith("**Measured 2026-11-25 to 2026-11-26** on NVIDIA H200 (132 SMs, driver 580.159.04)")
-    assert "torch 2.11.0+cu130 · triton 3.6.0 · commit abc1234, def5678 · bfloat16 inference · 3 models" in header
+    assert ("torch 2.11.0+cu130 · triton 3.6.0 · commit: the `commit` column of `benchmarks/data/advice.csv` · "
+            "bfloat16 inference · 3 models") in header
+    assert "abc1234" not in header and "def5678" not in header  # the docs name the data, not the commits
 
 
 def test_render_and_splice(tmp_path):

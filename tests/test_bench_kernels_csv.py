@@ -323,7 +323,7 @@ def test_providers_take_turns_and_keep_their_median_round():
 
     timing = bk.Timing(1, 1, 1e9, bench=fake_bench, rounds=3)
     out = bk.timed_rounds({"a": lambda: "a", "b": lambda: "b", "c": raises}, timing, "cpu")
-    # round 0: a b c; round 1 starts at b; round 2 at c (which failed in round 0 and is skipped)
+    # first round: a b c; the second starts at b; the third at c (which failed in the first and is skipped)
     assert order == ["a", "b", "b", "a", "a", "b"]
     assert out["a"][0] == 2.0 and out["b"][0] == 4.0  # medians of (5, 1, 2) and (9, 3, 4)
     assert out["c"][0] == "RuntimeError: boom" and math.isnan(out["c"][1])

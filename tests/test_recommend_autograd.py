@@ -3,7 +3,7 @@
 Synthetic train step (fp32, X = [4096, 1024]): a forward relu → mul → add; the backward of
 aten::gru (mul → sigmoid_backward, then AccumulateGrad's add_ into .grad); then the engine's
 work in an AddmmBackward0 scope: sum → add_ → add_ (a gradient reduced to the bias shape and
-summed into input buffers), the chain the GRU issue was advised to fuse.
+summed into input buffers), a chain a GRU model's profile must not be advised to fuse.
 """
 from __future__ import annotations
 

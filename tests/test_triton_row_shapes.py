@@ -282,9 +282,9 @@ def test_split_gradcheck_float64(name, monkeypatch):
     assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3)
 
 
-# ---- GPU: the issue's shapes, bfloat16, against float64 ------------------------------------
+# ---- GPU: the wide and long row shapes, bfloat16, against float64 ------------------------------------
 
-ISSUE_SHAPES = [(4096, 393216), (16, 4194304)]  # wide rows; few long rows
+LARGE_SHAPES = [(4096, 393216), (16, 4194304)]  # wide rows; few long rows
 
 
 def _chunked_reference(name, x, w, dy, rows_per_chunk):
@@ -310,9 +310,9 @@ def _chunked_reference(name, x, w, dy, rows_per_chunk):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("shape", ISSUE_SHAPES, ids=["wide-4096x393216", "few-16x4194304"])
+@pytest.mark.parametrize("shape", LARGE_SHAPES, ids=["wide-4096x393216", "few-16x4194304"])
 @pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm", "rms_norm"])
-def test_issue_shapes_bf16_gpu(name, shape):
+def test_large_shapes_bf16_gpu(name, shape):
     dtype = torch.bfloat16
     rtol, _ = get_kernel(f"triton.{name}").tolerance(dtype)
     x = torch.randn(shape, device="cuda", dtype=dtype) * 2 + (0.5 if "norm" in name else 0)
@@ -343,10 +343,10 @@ def test_issue_shapes_bf16_gpu(name, shape):
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("shape", ISSUE_SHAPES, ids=["wide-4096x393216", "few-16x4194304"])
+@pytest.mark.parametrize("shape", LARGE_SHAPES, ids=["wide-4096x393216", "few-16x4194304"])
 @pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm", "rms_norm"])
-def test_issue_shapes_not_slower_than_eager_gpu(name, shape):
-    """The split and loop paths against eager at the issue's shapes, bf16 forward (do_bench,
+def test_large_shapes_not_slower_than_eager_gpu(name, shape):
+    """The split and loop paths against eager at the wide and long row shapes, bf16 forward (do_bench,
     L2 flushed, median). A failure is a measurement: add the class to the kernel's `loses`
     (reference_kernels/triton/specs.py) with this figure, or make the path faster; a pass is
     what lets an existing entry (triton.softmax, few long rows) be dropped."""

@@ -23,7 +23,7 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-from docdata import splice_block, upsert_rows, write_csv_atomic  # noqa: E402
+from docdata import commit_source, splice_block, upsert_rows, write_csv_atomic  # noqa: E402
 from run_advice import MODELS_DIR, _commit, discover_models, profile_options  # noqa: E402
 
 DATA = HERE.parent / "data" / "coverage.csv"
@@ -85,7 +85,7 @@ def render_block(df: pd.DataFrame) -> str:
     for gpu, g in df.groupby("gpu"):
         below = g[g["modelled_pct"] < AIM_PCT]
         lines += [f"{', '.join(sorted(g['date'].unique()))} · {gpu} · torch {', '.join(sorted(g['torch'].unique()))} · "
-                  f"commit {', '.join(sorted(g['commit'].unique()))} · raw: `benchmarks/data/coverage.csv`", "",
+                  f"{commit_source('benchmarks/data/coverage.csv')} · raw: `benchmarks/data/coverage.csv`", "",
                   f"{len(g) - len(below)} of {len(g)} runs at least {AIM_PCT:g} % modelled "
                   f"(lowest {g['modelled_pct'].min():.1f} %).", "",
                   "| model | inference | train | unmodelled (largest first) |", "|---|---:|---:|---|"]

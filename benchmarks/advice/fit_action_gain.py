@@ -35,7 +35,8 @@ from kernel_advisor.recommend.gain_fit import (
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+from docdata import commit_source, splice_block  # noqa: E402
 from fit_gain import union_predicted  # noqa: E402
 
 DEFAULT_CSV = ROOT / "benchmarks" / "data" / "advice.csv"
@@ -259,7 +260,8 @@ def render(acts: pd.DataFrame, plans: pd.DataFrame, prov: dict) -> str:
                                                     zip(acts["host_gap_frac"], acts["memory_bound_frac"])])
     plans = plans.assign(class_=[model_class(g, m) for g, m in zip(plans["host_gap_frac"], plans["memory_bound_frac"])])
     out = [f"**Fitted on** {prov['rows_used']} measured actions of benchmarks/data/advice.csv · {prov['gpu']} · "
-           f"commits {prov['commit']} · {prov['date']} · `benchmarks/advice/fit_action_gain.py`", "",
+           f"{prov['date']} · `benchmarks/advice/fit_action_gain.py` · "
+           f"{commit_source(str(FIT_FILE.relative_to(ROOT)))}", "",
            f"Leave one model out (the model held out on every GPU): {s['actions_within']:.0%} of "
            f"{s['actions']} measured actions predicted within ±{TOLERANCE} of the measured gain (the rules' own "
            f"estimate: {s['actions_before']:.0%}); the 10th–90th percentile interval covers the measured gain "
@@ -275,13 +277,7 @@ def render(acts: pd.DataFrame, plans: pd.DataFrame, prov: dict) -> str:
 
 
 def write_doc(text: str, doc: Path = DOC) -> None:
-    body = doc.read_text()
-    block = f"{BEGIN}\n{text}\n{END}"
-    if BEGIN in body:
-        body = body[:body.index(BEGIN)] + block + body[body.index(END) + len(END):]
-    else:
-        body = body.rstrip("\n") + "\n\n## Predicted against measured, leave one model out\n\n" + block + "\n"
-    doc.write_text(body)
+    doc.write_text(splice_block(doc.read_text(), text, BEGIN, END, "Predicted against measured, leave one model out"))
 
 
 def fit_doc(fits: dict, prov: dict) -> dict:

@@ -35,7 +35,7 @@ from kernel_advisor.recommend.report import MAX_GAIN_FRAC
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CSV = ROOT / "benchmarks" / "data" / "advice.csv"
 OUT = ROOT / "kernel_advisor" / "data" / "gain_calibration.yaml"
-TOLERANCE = 0.15  # of the step: the aim of the measured-advice issue
+TOLERANCE = 0.15  # of the step: the measured-advice aim
 MIN_POINTS = 3
 TIMED_KINDS = ("rule", "also", "action")
 

@@ -1,4 +1,4 @@
-"""Where the time of a short-batch cross-entropy forward goes (issue 5's sweep losses).
+"""Where the time of a short-batch cross-entropy forward goes (the sweep's `host` losses).
 
 For a few small (rows, vocab) shapes it measures, for the Triton forward and eager
 F.cross_entropy: do_bench (L2 flushed, median), CUDA events around back-to-back calls, the

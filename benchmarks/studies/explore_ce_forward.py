@@ -1,4 +1,4 @@
-"""The bf16 cross-entropy forward variants behind the shipped one (issue 5), kept so the
+"""The bf16 cross-entropy forward variants behind the shipped one, kept so the
 numbers in reference_kernels/triton/cross_entropy.py's FwdConfig NB comment can be re-measured.
 
 At 16384x8192 bf16 it times, as a share of the D2D copy, each variant twice: with

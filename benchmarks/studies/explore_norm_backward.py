@@ -1,4 +1,4 @@
-"""The layer_norm backward variants behind the shipped one (issue 5), kept so the numbers in
+"""The layer_norm backward variants behind the shipped one, kept so the numbers in
 reference_kernels/triton/norm.py's backward NB comments can be re-measured.
 
 At 16384x8192 (bf16, then float32) it first splits the shipped backward's time between its

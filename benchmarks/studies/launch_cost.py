@@ -1,6 +1,6 @@
 """Host cost of one call of a bundled Triton kernel against eager PyTorch, layer by layer.
 
-Answers where a short call's host time goes (issue 'Bundled kernels that never lose', item 1):
+Answers where a short call's host time goes:
 the public function, its KernelOp, the torch.library operator, the bare launcher, and eager,
 forward and forward + backward, at 2048 x 4096 bf16 on the current GPU; forward + backward also
 with the autograd engine on the calling thread (`set_multithreading_enabled(False)`), beside a

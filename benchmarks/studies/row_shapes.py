@@ -1,4 +1,4 @@
-"""The row ops at the shapes of issue 'Bundled kernels that never lose', item 2: wide rows
+"""The row ops at the shapes the sweep's 64 MiB bound leaves out: wide rows
 (4096 x 393216) and few long rows (16 x 4194304), bf16, forward and forward + backward.
 
 Triton (the bundled kernel), eager and torch.compile, each timed with triton.testing.do_bench
