@@ -16,9 +16,9 @@ from kernel_advisor.collect.interrupts import OutOfTime, alarm_after
 from kernel_advisor.collect.loop_timing import Estimate
 from kernel_advisor.collect.runner import make_step
 from kernel_advisor.errors import UserInputError
-from kernel_advisor.experiment import engine, search, space
-from kernel_advisor.experiment.apply import MARK, PlannedModel, apply_plan, write_plan_module
-from kernel_advisor.experiment.budget import FINAL_RESERVE_FRAC, FIRST_COMPILE_MIN_S, Budget
+from kernel_advisor.experiment import engine, search
+from kernel_advisor.experiment.variant import MARK, PlannedModel, apply_plan, write_plan_module
+from kernel_advisor.experiment.trial import FINAL_RESERVE_FRAC, FIRST_COMPILE_MIN_S, Budget
 from kernel_advisor.experiment.search import SearchOptions
 from kernel_advisor.experiment.trial import Outcome
 from kernel_advisor.experiment.variant import Config, make_config
@@ -73,16 +73,16 @@ def test_conflicting_parts_make_no_configuration(parts):
 
 def test_singles_are_the_named_actions_and_every_compile_mode_of_the_device():
     loaded = loaded_of(NaiveAttention(), seeded(2, 5, 24))
-    names = [c.name for c in space.singles(loaded, ["sdpa", "none", "compile", "sdpa"])]
+    names = [c.name for c in search.singles(loaded, ["sdpa", "none", "compile", "sdpa"])]
     # CPU: no CUDA-graph mode; "none" is no action; duplicates once
     assert names == ["sdpa", "compile", "compile:max-autotune-no-cudagraphs"]
-    assert [c.name for c in space.singles(loaded, ["sdpa"], modes=())] == ["sdpa"]
+    assert [c.name for c in search.singles(loaded, ["sdpa"], modes=())] == ["sdpa"]
 
 
 def test_channels_last_is_tried_wherever_the_model_holds_4d_weights():
     loaded = loaded_of(ConvNet(), seeded(2, 3, 9, 7))
-    assert "channels_last" in [c.name for c in space.singles(loaded, [], modes=())]
-    assert "channels_last" not in [c.name for c in space.singles(loaded_of(NaiveAttention(), seeded(2, 5, 24)), [])]
+    assert "channels_last" in [c.name for c in search.singles(loaded, [], modes=())]
+    assert "channels_last" not in [c.name for c in search.singles(loaded_of(NaiveAttention(), seeded(2, 5, 24)), [])]
 
 
 def test_combinations_stack_what_won_under_each_compile_mode_that_passed():
@@ -91,7 +91,7 @@ def test_combinations_stack_what_won_under_each_compile_mode_that_passed():
                make_config(["channels_last"]): slower(), Config((), "compile"): faster(2.0),
                Config((), "compile:max-autotune-no-cudagraphs"): faster(2.4),
                make_config(["kernel:cuda.softmax"]): slower()}
-    names = {c.name for c in space.combinations(singles, loaded)}
+    names = {c.name for c in search.combinations(singles, loaded)}
     assert "sdpa + rms_norm_module" in names  # the base: both library wins stacked
     assert "sdpa + rms_norm_module + compile:max-autotune-no-cudagraphs" in names
     # channels_last lost alone, but an expert still tries it under compile
@@ -161,7 +161,7 @@ def test_the_plan_is_the_fastest_configuration_that_measured_faster(tmp_path, mo
 
     monkeypatch.setattr(search, "_time", fake_time)
     loaded = loaded_of(nn.Sequential(nn.Linear(8, 8)), seeded(3, 8))
-    monkeypatch.setattr(search.space, "singles", lambda loaded, names, modes: [make_config(["sdpa"]),
+    monkeypatch.setattr(search, "singles", lambda loaded, names, modes: [make_config(["sdpa"]),
                                                                                make_config(["rms_norm_module"])])
     monkeypatch.setattr(search, "prepare_trial", lambda loaded, mode, config, phase, busy: search.Trial(
         config, phase, variant=_fake_variant(config)))

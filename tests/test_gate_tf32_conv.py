@@ -9,7 +9,7 @@ import torch.nn as nn
 from test_actions import loaded_of, seeded
 
 from kernel_advisor.actions.flags import TF32_TOLERANCE
-from kernel_advisor.experiment.gate import TF32_CONV_NOTE, _float32_convolutions, tf32_conv_tolerance
+from kernel_advisor.experiment.trial import TF32_CONV_NOTE, _float32_convolutions, tf32_conv_tolerance
 from kernel_advisor.trykernel.candidates import default_tolerance
 from kernel_advisor.trykernel.capture import GateRecord
 from kernel_advisor.trykernel.gate import compare_leaf
@@ -73,7 +73,7 @@ def test_gate_variant_gates_channels_last_with_the_stated_tolerance(monkeypatch)
     # The device is only labelled cuda: the tensors stay on the CPU, and the gate reads nothing
     # but the label, the cudnn flag and the modules, so the wiring is tested without a GPU.
     from kernel_advisor.actions.module_rewrites import prepare_channels_last
-    from kernel_advisor.experiment.gate import gate_variant
+    from kernel_advisor.experiment.trial import gate_variant
     from kernel_advisor.trykernel.capture import capture_step
 
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)

@@ -11,9 +11,9 @@ from test_recommend_support import BW, CEILINGS, op_row, op_table, run_meta, seq
 from kernel_advisor.collect.loop_timing import Estimate
 from kernel_advisor.experiment.engine import SearchResult, PlanResult
 from kernel_advisor.experiment.trial import Outcome
-from kernel_advisor.measure import advice
-from kernel_advisor.measure.advice import measure_report
-from kernel_advisor.measure.document import measured_json
+from kernel_advisor.recommend import measured as advice
+from kernel_advisor.recommend.measured import measure_report
+from kernel_advisor.recommend.measured import measured_json
 from kernel_advisor.recommend.document import recommendations_json
 from kernel_advisor.recommend.kernels import registry_kernels
 from kernel_advisor.recommend.report import recommend

@@ -7,8 +7,8 @@ from kernel_advisor.actions import get_action
 from kernel_advisor.collect.loop_timing import Estimate
 from kernel_advisor.experiment.trial import Outcome
 from kernel_advisor.experiment.variant import conflicts
-from kernel_advisor.measure.advice import rerank
-from kernel_advisor.measure.modes import credit_note, credited
+from kernel_advisor.recommend.measured import rerank
+from kernel_advisor.recommend.measured import credit_note, credited
 from kernel_advisor.recommend.engine import Finding, Recommendation
 
 
@@ -51,7 +51,7 @@ def test_rerank_puts_measured_gains_first_then_predicted_order():
 
 
 def test_a_recommendation_beyond_top_is_not_measurable_and_says_top():
-    from kernel_advisor.measure.advice import _outcome_for
+    from kernel_advisor.recommend.measured import _outcome_for
 
     rec = _finding(4, "d", "pad_gemm", 5).recommendations[0]
     got = _outcome_for(rec, {"sdpa": faster(0.3)}, beyond={"pad_gemm"}, top=2)

@@ -71,7 +71,7 @@ class Action:
     # Within a rung, 0 for a global flag that changes no code: on a tied estimate it ranks first.
     effort: int = 1
     # Modes of the same rung (compile's CUDA-graph mode) measured beside it on CUDA: a recommendation
-    # naming this action is credited with whichever measured clearly faster (measure/modes.py).
+    # naming this action is credited with whichever measured clearly faster (recommend/measured.py).
     refinements: tuple[str, ...] = ()
     # Preparing it takes much longer than a step (max-autotune benchmarks every GEMM shape): it is
     # gated and timed after the others, so under a --budget-s it gives way instead of starving them.

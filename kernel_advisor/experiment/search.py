@@ -1,6 +1,6 @@
 """A budgeted search over configurations, as an autotuner runs one (successive halving).
 
-1. Singles (space.py): every configuration is prepared, gated, and timed *short* (a few
+1. Singles (singles, below): every configuration is prepared, gated, and timed *short* (a few
    windows) interleaved with eager, cheapest first; one that would not fit what is left of
    the budget is skipped and says so.
 2. Combinations built from the singles' results, the same way.
@@ -16,21 +16,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import torch
 
+from kernel_advisor.actions import NONE, get_action, is_known
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.loop_timing import (Estimate, autorange_steps, interleaved_windows_s, median_ci,
                                                 regime_label, speedup_ci, synchronized_s, verdict)
 from kernel_advisor.collect.runner import timed_loop
-from kernel_advisor.experiment import space
-from kernel_advisor.experiment.budget import Budget
-from kernel_advisor.experiment.trial import Outcome, Progress, Trial, gate_trials, prepare_trial
-from kernel_advisor.experiment.variant import EAGER, Config
+from kernel_advisor.experiment.trial import Budget, Outcome, Progress, Trial, gate_trials, prepare_trial
+from kernel_advisor.experiment.variant import EAGER, Config, conflicts, make_config
 from kernel_advisor.trykernel import compiled as kernel_compiled
 from kernel_advisor.trykernel.capture import GateDraws
 
@@ -50,7 +50,7 @@ class SearchOptions:
     finalists: int = FINALISTS
     budget_s: float | None = None
     seed: int = 0
-    compile_modes: tuple[str, ...] | None = None  # None: every mode of the device (space.py)
+    compile_modes: tuple[str, ...] | None = None  # None: every mode of the device (singles)
     combinations: bool = True  # False: the singles only
 
 
@@ -76,9 +76,9 @@ def search(loaded: LoadedModel, mode: str, names: Sequence[str], options: Search
     draws = GateDraws(loaded, mode, reference, options.draws, options.seed)
     with kernel_compiled.recompile_room(16):
         try:
-            first = _explore(loaded, mode, space.singles(loaded, names, options.compile_modes), "single", options, draws, budget,
+            first = _explore(loaded, mode, singles(loaded, names, options.compile_modes), "single", options, draws, budget,
                              busy_frac, state, on_change, progress)
-            combos = space.combinations({t.config: t.outcome for t in first if t.outcome}, loaded) \
+            combos = combinations({t.config: t.outcome for t in first if t.outcome}, loaded) \
                 if options.combinations else []
             _explore(loaded, mode, combos, "combination", options, draws, budget, busy_frac, state,
                      on_change, progress)
@@ -206,3 +206,87 @@ def _windows_that_fit(n: int, wanted: int, warmup: int, state: SearchState, budg
     per_window = (n + 1) * state.steps_per_window * step
     return int(min(wanted, (budget.remaining_s() - (n + 1) * warmup * step) / per_window))
 
+
+# ------------------------------------------------------------
+# The configurations worth measuring, in the order an expert would try them.
+#
+# Singles first: each recommended action alone, each compile mode alone, channels_last where
+# the model holds 4-D weights, each bundled kernel the advice names. Then combinations built
+# from what the singles showed: the library actions that measured faster stacked (the base),
+# the base and channels_last under each compile mode that passed alone, and the kernels inside
+# the best compile mode as the operators they are.
+
+CHANNELS_LAST = "channels_last"
+COMPILE_MODES_CPU = ("compile", "compile:max-autotune-no-cudagraphs")
+COMPILE_MODES_CUDA = ("compile", "compile:max-autotune-no-cudagraphs", "compile:reduce-overhead")
+
+
+def compile_modes(device_type: str, named: Iterable[str], modes: Sequence[str] | None = None) -> list[str]:
+    """The compile modes searched (`modes`, or every mode of the device when None), and the
+    compile-stage actions the advice named (float8:compile)."""
+    base = list(modes if modes is not None else COMPILE_MODES_CUDA if device_type == "cuda" else COMPILE_MODES_CPU)
+    return base + [n for n in named if get_action(n).stage == "compile" and n not in base]
+
+
+def has_4d_weights(loaded: LoadedModel) -> bool:
+    model = loaded.model
+    return isinstance(model, torch.nn.Module) and any(p.dim() == 4 for p in model.parameters())
+
+
+def singles(loaded: LoadedModel, names: Sequence[str], modes: Sequence[str] | None = None) -> list[Config]:
+    """Each named action alone, each compile mode alone, channels_last where it can apply."""
+    named = [n for n in dict.fromkeys(names) if n != NONE and is_known(n)]
+    below = [n for n in named if get_action(n).stage != "compile"]
+    if has_4d_weights(loaded) and CHANNELS_LAST not in below:
+        below.append(CHANNELS_LAST)
+    tops = compile_modes(loaded.device.type, named, modes)
+    return _unique([make_config([n]) for n in below] + [Config((), c) for c in tops])
+
+
+def combinations(singles_out: Mapping[Config, Outcome], loaded: LoadedModel) -> list[Config]:
+    """Configurations of several parts, from the singles' measurements."""
+    faster = _faster(singles_out)
+    base = _base([c.actions[0] for c in faster if c.actions and not c.compile and not c.kernels])
+    kernels = [c.actions[0] for c in singles_out if len(c.actions) == 1 and c.kernels]
+    tops = [c.compile for c in _passed(singles_out) if c.compile and not c.actions]
+    layouts = [[], base] + ([[CHANNELS_LAST], base + [CHANNELS_LAST]] if has_4d_weights(loaded) else [])
+    out = [make_config(base)] if len(base) > 1 else []
+    for layout, top in itertools.product(layouts, tops):
+        out += _maybe(list(layout) + [top])
+    best_top = next((c.compile for c in faster if c.compile and not c.actions), "")
+    for k in kernels:
+        out += _maybe(base + [k]) + (_maybe([k, best_top]) if best_top else [])
+    if best_top and len(kernels) > 1:
+        out += _maybe(kernels + [best_top])
+    seen = set(singles_out)
+    return [c for c in _unique(out) if c not in seen and c.parts]
+
+
+def _base(names: Sequence[str]) -> list[str]:
+    """The faster library actions (best first) that stack without conflict."""
+    chosen: list[str] = []
+    for n in names:
+        if not any(conflicts(get_action(n), get_action(m)) for m in chosen):
+            chosen.append(n)
+    return chosen
+
+
+def _maybe(parts: Sequence[str]) -> list[Config]:
+    try:
+        return [make_config(parts)]
+    except ValueError:
+        return []
+
+
+def _passed(outcomes: Mapping[Config, Outcome]) -> list[Config]:
+    return [c for c, o in outcomes.items() if o.status == "passed"]
+
+
+def _faster(outcomes: Mapping[Config, Outcome]) -> list[Config]:
+    """Configurations measured faster than eager, largest gain first."""
+    fast = [c for c, o in outcomes.items() if o.status == "passed" and o.verdict == "faster"]
+    return sorted(fast, key=lambda c: -(outcomes[c].gain_frac or 0.0))
+
+
+def _unique(configs: Iterable[Config]) -> list[Config]:
+    return list(dict.fromkeys(configs))

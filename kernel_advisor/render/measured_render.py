@@ -1,5 +1,5 @@
 """`recommend --measure` output: predicted beside measured, in a rich table and markdown (the JSON
-document: measure/document.py).
+document: recommend/measured.py).
 
 Units are scaled here and only here: % of the step, speedups as ×.
 """
@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.table import Table
 
 from kernel_advisor.experiment.trial import Outcome
-from kernel_advisor.measure.advice import AdviceMeasurement
-from kernel_advisor.measure.document import actions_ranked, finding_outcome
+from kernel_advisor.recommend.measured import AdviceMeasurement
+from kernel_advisor.recommend.measured import actions_ranked, finding_outcome
 from kernel_advisor.recommend.report import Report
 from kernel_advisor.render.units import fmt_ratio
 

@@ -1,1 +1,0 @@
-"""Measured advice: actions gated against eager and timed interleaved in the real model."""
