@@ -1,5 +1,5 @@
-"""Code, tests and docs describe the product, not the history of its making: no ticket or
-work-round numbers, no commit hashes. Provenance (commit, date, GPU, versions) lives in the data
+"""Code, tests and docs describe the product, not the history of its making: no issue, item or
+round numbers, no commit hashes. Provenance (commit, date, GPU, versions) lives in the data
 files (benchmarks/data/*.csv and .json, kernel_advisor/data/*), which these checks skip."""
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SCANNED = ("kernel_advisor", "reference_kernels", "tests", "docs", "benchmarks")
+SCANNED = ("kernel_advisor", "reference_kernels", "tests", "docs", "benchmarks", "examples", "rules", "scripts",
+           "tools", "README.md")
 DATA_DIRS = ("kernel_advisor/data", "reference_kernels/data", "benchmarks/data", "benchmarks/results")
 TEXT_SUFFIXES = {".py", ".md", ".sh", ".cu", ".cuh", ".h", ".cpp", ".yaml", ".yml", ".toml", ".txt",
                  ".html", ".js", ".css", ".cfg", ".ini"}
@@ -27,7 +28,7 @@ def scanned_files() -> list[Path]:
     skip = {REPO / d for d in DATA_DIRS}
     files = []
     for top in SCANNED:
-        for path in sorted((REPO / top).rglob("*")):
+        for path in sorted((REPO / top).rglob("*")) if (REPO / top).is_dir() else [REPO / top]:
             if (path.suffix in TEXT_SUFFIXES and path.is_file() and "__pycache__" not in path.parts
                     and not any(p in skip for p in path.parents) and path != Path(__file__).resolve()):
                 files.append(path)
