@@ -15,11 +15,15 @@ under the interpreter go through `JITFunction.run` unchanged.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import os
+import re
 from typing import Any, Callable
 
 import torch
 import triton
+from triton.runtime.jit import JITFunction
 
 from reference_kernels.triton._common import INTERPRETED
 
@@ -36,6 +40,31 @@ ENABLED = (not INTERPRETED and _knobs is not None
 _EMPTY = object()
 # Compiled kernels kept per FastLaunch; past this many keys the cache starts over.
 MAX_KEYS = 4096
+
+# What FastLaunch takes from Triton's internals (tests/test_upstream_pins.py pins each on the
+# installed triton): a JITFunction's `params` and their PARAM_ATTRS; the CompiledKernel that
+# `fn[grid](...)` returns, with KERNEL_ATTRS; knobs.runtime.launch_enter_hook; and the launcher
+# call that ends JITFunction.run, whose argument order `launch` repeats (all bound arguments,
+# constexprs included, as triton >= 3.3 passes them). Where any differs, JITFunction.run launches.
+PARAM_ATTRS = ("name", "default", "has_default")
+KERNEL_ATTRS = ("run", "function", "packed_metadata")
+LAUNCH_CALL = re.compile(  # on the source with all whitespace removed
+    r"kernel\.run\(\w+,\w+,\w+,\w+,kernel\.function,kernel\.packed_metadata,\w+,"
+    r"knobs\.runtime\.launch_enter_hook,knobs\.runtime\.launch_exit_hook,\*bound_args\.values\(\)\)")
+
+
+@functools.cache
+def triton_launches_as_expected() -> bool:
+    """JITFunction.run ends in the launcher call FastLaunch repeats, and the launch hooks live
+    where FastLaunch looks for them."""
+    runtime = getattr(_knobs, "runtime", None)
+    if not hasattr(runtime, "launch_enter_hook"):
+        return False
+    try:
+        source = inspect.getsource(JITFunction.run)
+    except (OSError, TypeError):  # no source shipped: nothing to check the call against
+        return False
+    return LAUNCH_CALL.search("".join(source.split())) is not None
 
 
 class FastLaunch:
@@ -62,7 +91,7 @@ class FastLaunch:
         hit = self.compiled.get(key)
         if hit is None:
             kernel = self.fn[grid](*args, **kwargs)
-            if hasattr(kernel, "packed_metadata"):  # a CompiledKernel, as triton >= 3.3 returns
+            if all(hasattr(kernel, a) for a in KERNEL_ATTRS):  # a CompiledKernel, as triton >= 3.3 returns
                 if len(self.compiled) >= MAX_KEYS:
                     self.compiled.clear()
                 self.compiled[key] = (kernel.run, kernel.function, kernel.packed_metadata)
@@ -105,13 +134,20 @@ def _hooked(hook: Any) -> bool:
     return hook is not None and bool(getattr(hook, "calls", True))
 
 
+def _readable_params(fn) -> bool:
+    params = getattr(fn, "params", None)
+    return isinstance(params, list) and all(hasattr(p, a) for p in params for a in PARAM_ATTRS)
+
+
 _LAUNCHERS: dict[int, FastLaunch] = {}
 
 
 def fast(fn):
     """The FastLaunch of a @triton.jit kernel (one per kernel), or `fn` itself when the fast
-    path is off or `fn` is not a plain JITFunction (an autotuner picks its config per call)."""
-    if not ENABLED or not isinstance(fn, triton.runtime.JITFunction):
+    path is off, `fn` is not a plain JITFunction (an autotuner picks its config per call) or
+    this triton does not launch the way FastLaunch repeats."""
+    if not ENABLED or not isinstance(fn, JITFunction) or not _readable_params(fn) \
+            or not triton_launches_as_expected():
         return fn
     launch = _LAUNCHERS.get(id(fn))
     if launch is None:
