@@ -39,9 +39,10 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-from docdata import splice_block, upsert_rows, write_csv_atomic  # noqa: E402
+from docdata import commit_source, splice_block, upsert_rows, write_csv_atomic  # noqa: E402
 
-DEFAULT_CSV = REPO / "benchmarks" / "data" / "upstream_paths.csv"
+CSV_NAME = "benchmarks/data/upstream_paths.csv"
+DEFAULT_CSV = REPO / CSV_NAME
 DOCS = REPO / "docs" / "architecture.md"
 BEGIN, END = "<!-- upstream-paths:begin -->", "<!-- upstream-paths:end -->"
 TITLE = "Upstream internals"
@@ -200,9 +201,9 @@ def render(df: pd.DataFrame) -> str:
     blocks = []
     for (kernels, cpu), group in df.groupby(["kernels", "cpu"], sort=True):
         first = group.iloc[0]
-        lines = [f"{first['date']} · {cpu} · Python {first['python']} · commit "
-                 f"{', '.join(sorted(set(group['commit'])))} · `python3 benchmarks/bench_upstream_paths.py "
-                 f"--kernels {kernels}` · raw: `benchmarks/data/upstream_paths.csv`. A generated trace of "
+        lines = [f"{first['date']} · {cpu} · Python {first['python']} · {commit_source(CSV_NAME)} · "
+                 f"`python3 benchmarks/bench_upstream_paths.py "
+                 f"--kernels {kernels}` · raw: `{CSV_NAME}`. A generated trace of "
                  f"{kernels:,} kernels ({first['json_bytes'] / 1e6:.0f} MB of JSON), each variant in a fresh "
                  f"process, the variants alternating: wall time is the fastest of the runs listed, CPU time "
                  f"(workers included) the median, peak RSS the largest.", "",
