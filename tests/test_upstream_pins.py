@@ -20,18 +20,26 @@ from kernel_advisor.collect.trace import TABLE_COLUMNS, TABLE_OF_CATEGORY, batch
 # ---------------------------------------------------------------- kineto's text layout
 
 
-@pytest.fixture(scope="module")
-def torch_trace(tmp_path_factory):
-    """A chrome trace as the installed torch writes it: aten ops with shapes, a user annotation."""
-    from torch.profiler import ProfilerActivity, profile, record_function
+def _write_trace(path, device: str, activities: list):
+    """A chrome trace as the installed torch writes it: aten ops with shapes, a user annotation
+    and, on CUDA, kernels and runtime calls."""
+    from torch.profiler import profile, record_function
 
-    model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.GELU(), torch.nn.Linear(8, 4))
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.GELU(), torch.nn.Linear(8, 4)).to(device)
+    with profile(activities=activities, record_shapes=True) as prof:
         with record_function("region"):
-            model(torch.randn(3, 16)).sum().backward()
-    path = tmp_path_factory.mktemp("kineto") / "trace.json"
+            model(torch.randn(3, 16, device=device)).sum().backward()
+        if device == "cuda":
+            torch.cuda.synchronize()
     prof.export_chrome_trace(str(path))
     return path
+
+
+@pytest.fixture(scope="module")
+def torch_trace(tmp_path_factory):
+    from torch.profiler import ProfilerActivity
+
+    return _write_trace(tmp_path_factory.mktemp("kineto") / "trace.json", "cpu", [ProfilerActivity.CPU])
 
 
 def _same_tables(a, b) -> None:
@@ -44,21 +52,35 @@ def _json_only(monkeypatch) -> None:
     monkeypatch.setattr(batch, "fast_rows", lambda block: None)
 
 
-def test_kineto_layout_is_what_the_fast_path_reads(torch_trace):
-    raw = torch_trace.read_bytes()
-    items = list(split.Splitter("t").items([raw]))
-    blocks = [bytes(payload) for kind, _, payload in items if kind == "block"]
-    events = json.loads(raw)["traceEvents"]
-    # events are cut at kineto's separator: all but the last one travel as blocks
-    assert sum(len(json.loads(b"[" + block + b"]")) for block in blocks) == len(events) - 1
-    texts = [text for block in blocks for text in block[1:-1].split(split.SEP)]
-    kept = [text for text in texts if re.search(rb'"ph": "X",\s*"cat": "(%s)"' % "|".join(TABLE_OF_CATEGORY).encode(),
-                                                text)]
+def _assert_fast_path_reads(path, patterns: dict) -> None:
+    """Every event of the trace but the last travels in blocks cut at kineto's separator; every
+    kept event's header matches _HEADER; every row of the tables in `patterns` has its args read
+    by the table's pattern, none by json."""
+    raw = path.read_bytes()
+    blocks = [bytes(payload) for kind, _, payload in split.Splitter("t").items([raw]) if kind == "block"]
+    assert sum(len(json.loads(b"[" + block + b"]")) for block in blocks) == len(json.loads(raw)["traceEvents"]) - 1
+    kept_cat = re.compile(rb'"ph": "X",\s*"cat": "(%s)"' % "|".join(TABLE_OF_CATEGORY).encode())
+    kept = [text for block in blocks for text in block[1:-1].split(split.SEP) if kept_cat.search(text)]
     assert kept and all(fast_paths._HEADER.search(b"{" + text + b"\n  }") for text in kept)
-    rows = fast_paths.fast_rows(blocks[0])
-    assert rows is not None and rows["cpu_ops"] and rows["annotations"]
-    unread = fast_paths.args_columns(rows["cpu_ops"], fast_paths.CPU_ARGS, fast_paths.CPU_ARGS.groups)[-1]
-    assert not any(unread), "every aten op's args read by CPU_ARGS, none by json"
+    per_block = [fast_paths.fast_rows(block) for block in blocks]
+    assert None not in per_block
+    for table, pattern in patterns.items():
+        rows = [row for block_rows in per_block for row in block_rows[table]]
+        assert rows, f"no {table} rows"
+        assert not any(fast_paths.args_columns(rows, pattern, pattern.groups)[-1]), f"{table}: args only json read"
+
+
+def test_kineto_layout_is_what_the_fast_path_reads(torch_trace):
+    _assert_fast_path_reads(torch_trace, {"cpu_ops": fast_paths.CPU_ARGS})
+
+
+@pytest.mark.gpu
+def test_kineto_cuda_layout_is_what_the_fast_path_reads(tmp_path):
+    from torch.profiler import ProfilerActivity
+
+    path = _write_trace(tmp_path / "cuda.json", "cuda", [ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    _assert_fast_path_reads(path, {"cpu_ops": fast_paths.CPU_ARGS, "gpu": fast_paths.GPU_ARGS,
+                                   "runtime": fast_paths.RUNTIME_ARGS})
 
 
 def test_fast_path_gives_the_json_path_tables(torch_trace, monkeypatch):
