@@ -22,8 +22,8 @@ from kernel_advisor.pipeline import profile_to_run
 from kernel_advisor.collect.rundir import load_run
 from kernel_advisor.recommend.kernels import registry_kernels
 from kernel_advisor.recommend.report import recommend
-from kernel_advisor.recommend.ruleset import load_rules
-from kernel_advisor.recommend.document import recommendations_json
+from kernel_advisor.recommend.schema import load_rules
+from kernel_advisor.recommend.report import recommendations_json
 
 REPO = Path(__file__).resolve().parent.parent
 GPT = REPO / "examples" / "gpt_block.py"

@@ -1,7 +1,7 @@
 """The SDPA backend table: each fused attention backend alone, per shape, on this GPU.
 
 `recommend` predicts a backend switch (`sdpa_cudnn`, `sdpa_flash`) from this table
-(kernel_advisor/recommend/backend_gain.py), not from the op's headroom: which fused kernel is
+(kernel_advisor/recommend/kernel_gain.py), not from the op's headroom: which fused kernel is
 faster depends on the head size, the sequence length and the mask, and only a measurement says.
 
     python3 benchmarks/bench_sdpa_backends.py                 # sweep, upsert the table, render docs

@@ -102,7 +102,7 @@ def test_exposed_fsdp_allgathers_recommend_prefetching(allgather_overlap, fires)
     from test_recommend_support import fp32_run
 
     from kernel_advisor.recommend.report import action_predictions, recommend
-    from kernel_advisor.recommend.ruleset import load_rules
+    from kernel_advisor.recommend.schema import load_rules
 
     ops, seq, meta = fp32_run()
     meta["distributed"] = {**FSDP_EVIDENCE, "allgather_overlap_frac": allgather_overlap}

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kernel_advisor.analyze.collectives import algbw_bytes_per_s, busbw_bytes_per_s, busbw_factor
+from kernel_advisor.analyze.ceilings import algbw_bytes_per_s, busbw_bytes_per_s, busbw_factor
 from kernel_advisor.distributed.comms import (COMM_COLUMNS, Overlap, comm_overlap, covered_length, intersection_length,
                                               kernel_collective, merge_intervals, message_bytes, normalise_collective)
 from kernel_advisor.distributed.merge import STRAGGLER_MIN_RATIO, RankResult, merge_ranks, straggler_ratio

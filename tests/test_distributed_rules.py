@@ -5,7 +5,7 @@ import pytest
 from run_factory import OpSpec, h200_ceilings, ops_frame, run_meta, sequence_frame
 
 from kernel_advisor.recommend.report import recommend
-from kernel_advisor.recommend.ruleset import load_rule_file
+from kernel_advisor.recommend.schema import load_rule_file
 
 RULES = load_rule_file(Path(__file__).parents[1] / "rules" / "distributed.yaml")
 STEPS = 2

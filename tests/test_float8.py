@@ -17,7 +17,7 @@ from kernel_advisor.actions import NotApplicable, get_action, precision
 from kernel_advisor.actions.base import instance_forwards
 from kernel_advisor.experiment.variant import conflicts
 from kernel_advisor.recommend.report import recommend
-from kernel_advisor.recommend.ruleset import builtin_rules_dir, load_rule_file, load_rules
+from kernel_advisor.recommend.schema import builtin_rules_dir, load_rule_file, load_rules
 
 RULES = load_rules()
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "rules.md"

@@ -18,7 +18,7 @@ from kernel_advisor.recommend.conditions import COMPUTE_PATHS, KINDS, VERDICTS
 from kernel_advisor.recommend.engine import build_engine, run_rules
 from kernel_advisor.recommend.kernels import registry_kernels
 from kernel_advisor.recommend.report import recommend
-from kernel_advisor.recommend.ruleset import load_rules
+from kernel_advisor.recommend.schema import load_rules
 from kernel_advisor.recommend.schema import parse_rule_text
 
 NAMES = ["aten::mm", "aten::addmm", "aten::linear", "aten::softmax", "aten::_softmax", "aten::add", "aten::mul",

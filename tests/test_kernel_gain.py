@@ -11,7 +11,7 @@ import pytest
 from test_recommend_support import run_meta
 
 from kernel_advisor.recommend import kernel_gain
-from kernel_advisor.recommend.calibration import ActionScale, calibrated
+from kernel_advisor.recommend.gain_fit import ActionScale, calibrated
 from kernel_advisor.recommend.evidence import run_context
 from kernel_advisor.recommend.gain import estimate_gain
 from kernel_advisor.recommend.kernel_gain import measured_saving, row_shape
@@ -102,7 +102,7 @@ def test_unmeasured_kernels_keep_the_roofline(monkeypatch):
 
 
 def test_the_shipped_triton_rule_uses_the_measured_model():
-    from kernel_advisor.recommend.ruleset import load_rules
+    from kernel_advisor.recommend.schema import load_rules
 
     rule = next(r for r in load_rules() if r.id == "triton-reference-kernel")
     assert rule.gain.model == "measured-kernel"

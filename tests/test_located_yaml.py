@@ -89,7 +89,7 @@ def test_star_keys_take_any_name_and_check_each_value(tmp_path):
 
 
 def test_the_gain_calibration_file_is_read_by_the_one_loader(tmp_path):
-    from kernel_advisor.recommend.calibration import load_calibration
+    from kernel_advisor.recommend.gain_fit import load_calibration
 
     path = tmp_path / "gain.yaml"
     path.write_text("version: 2\nfitted_by: f\nsource: s\ngpu: g\ncommit: c\ndate: d\n"

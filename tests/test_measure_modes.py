@@ -14,10 +14,10 @@ from kernel_advisor.experiment.trial import Outcome
 from kernel_advisor.recommend import measured as advice
 from kernel_advisor.recommend.measured import measure_report
 from kernel_advisor.recommend.measured import measured_json
-from kernel_advisor.recommend.document import recommendations_json
+from kernel_advisor.recommend.report import recommendations_json
 from kernel_advisor.recommend.kernels import registry_kernels
 from kernel_advisor.recommend.report import recommend
-from kernel_advisor.recommend.ruleset import load_rules
+from kernel_advisor.recommend.schema import load_rules
 from kernel_advisor.records.experiments import ExperimentsRecord
 
 

@@ -13,9 +13,9 @@ from test_recommend_support import BW, CEILINGS, F32, op_row, op_table, run_meta
 
 from kernel_advisor.collect.rundir import load_run
 from kernel_advisor.recommend.evidence import run_context
-from kernel_advisor.recommend.pattern_groups import detect_patterns
+from kernel_advisor.recommend.subjects import detect_patterns
 from kernel_advisor.recommend.report import recommend
-from kernel_advisor.recommend.ruleset import load_rules
+from kernel_advisor.recommend.schema import load_rules
 
 X = [4096, 1024]
 XB = 4096 * 1024 * 4  # bytes of one X

@@ -5,11 +5,11 @@ import pandas as pd
 import pytest
 from test_recommend_support import BW, CEILINGS, PEAKS, STEPS, op_row, op_table, run_meta, sequence_from
 
-from kernel_advisor.recommend import backend_gain
+from kernel_advisor.recommend import kernel_gain
 from kernel_advisor.recommend.evidence import attention_backend
 from kernel_advisor.recommend.kernels import registry_kernels
 from kernel_advisor.recommend.report import recommend
-from kernel_advisor.recommend.ruleset import load_rules
+from kernel_advisor.recommend.schema import load_rules
 
 RULES = load_rules()
 KERNELS = registry_kernels()
@@ -93,7 +93,7 @@ def _table(cudnn_ms: float, flash_ms: float, gpu: str = "NVIDIA H200") -> pd.Dat
 @pytest.fixture
 def backend_table(monkeypatch):
     def use(table: pd.DataFrame) -> None:
-        monkeypatch.setattr(backend_gain, "read_backend_table", lambda *a: table)
+        monkeypatch.setattr(kernel_gain, "read_backend_table", lambda *a: table)
     return use
 
 
@@ -135,8 +135,8 @@ def test_a_gpu_the_backend_table_lacks_gets_no_estimate_and_says_how_to_measure(
                                           (1500, 64, (1024, 64)), (100_000, 256, (4096, 128))])
 def test_the_backend_ratio_is_read_at_the_nearest_measured_cell(seq, d, cell):
     # 1500 is nearer 1024 than 4096 in log2 (0.55 against 1.45); head size 120 is nearest 128
-    r = backend_gain.backend_ratio(_table(0.8, 1.0), "NVIDIA H200", BF16, "fwd",
-                                   backend_gain.AttentionShape(seq, d), "flash", "cudnn")
+    r = kernel_gain.backend_ratio(_table(0.8, 1.0), "NVIDIA H200", BF16, "fwd",
+                                   kernel_gain.AttentionShape(seq, d), "flash", "cudnn")
     assert (r.seq, r.head_dim) == cell and r.ratio == pytest.approx(0.8) and r.masks == 2
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_advisor.recommend.calibration import (CALIBRATION_FILE, ENV, ActionScale, active_calibration,
+from kernel_advisor.recommend.gain_fit import (CALIBRATION_FILE, ENV, ActionScale, active_calibration,
                                                   calibrated, load_calibration)
 from kernel_advisor.recommend.gain import GainEstimate
 

@@ -8,9 +8,9 @@ from reference_kernels.registry import Capability, KernelSpec
 from test_recommend_support import ADD, BW, USER_RULE, CEILINGS, F32, SOFTMAX, fp32_run, op_row, op_table, run_meta, \
     sequence_from
 
-from kernel_advisor.recommend.explain import CompileReport, GraphBreak
+from kernel_advisor.recommend.evidence import CompileReport, GraphBreak
 from kernel_advisor.recommend.report import recommend
-from kernel_advisor.recommend.ruleset import load_rules
+from kernel_advisor.recommend.schema import load_rules
 
 KERNELS = (
     KernelSpec(id="softmax", title="Row softmax", capability=Capability("triton"), loader="m:f", reference="m:g",

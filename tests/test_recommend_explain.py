@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernel_advisor.errors import UserInputError
-from kernel_advisor.recommend.explain import check_compile, explain_callable, report_from_explain
+from kernel_advisor.recommend.evidence import check_compile, explain_callable, report_from_explain
 
 MODEL_WITH_BREAKS = '''\
 import torch

@@ -9,7 +9,7 @@ from kernel_advisor.recommend.engine import (Finding, Recommendation, cheaper_fi
 from kernel_advisor.recommend.evidence import run_context
 from kernel_advisor.recommend.kernels import registry_kernels
 from kernel_advisor.recommend.report import recommend
-from kernel_advisor.recommend.ruleset import load_rules
+from kernel_advisor.recommend.schema import load_rules
 from reference_kernels.routes import Point
 
 RULES = load_rules()

@@ -6,7 +6,7 @@ import pytest
 from test_recommend_support import run_meta, seq_entry, sequence_from
 
 from kernel_advisor.recommend.evidence import run_context
-from kernel_advisor.recommend.pattern_groups import detect_patterns
+from kernel_advisor.recommend.subjects import detect_patterns
 from kernel_advisor.recommend.shapes import base_name, link_bytes, output_numel
 
 F32, F16 = "float32", "float16"

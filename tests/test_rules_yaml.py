@@ -8,7 +8,7 @@ import pytest
 
 from kernel_advisor.errors import ExitCode, UserInputError
 from kernel_advisor.located_yaml import LocatedYamlError, load_located
-from kernel_advisor.recommend.ruleset import builtin_rules_dir, load_rule_file, load_rules
+from kernel_advisor.recommend.schema import builtin_rules_dir, load_rule_file, load_rules
 from kernel_advisor.recommend.schema import LADDER, TIERS, RuleFileError, parse_rule_text
 
 GOOD_RULE = """\

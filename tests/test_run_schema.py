@@ -15,7 +15,7 @@ from kernel_advisor.records import columns
 from kernel_advisor.records.run import SCHEMA_VERSION
 from kernel_advisor.recommend.conditions import ConditionValueError, parse_condition
 from kernel_advisor.recommend.messages import TemplateError, validate_template
-from kernel_advisor.recommend.ruleset import load_rule_file
+from kernel_advisor.recommend.schema import load_rule_file
 
 
 def _as_schema_1(run: Path) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kernel_advisor.collect.trace import (COLLECTIVE_COLUMNS, TABLE_COLUMNS, batch, fast_paths, json_path, pool,
-                                          read_trace, source, split)
+from kernel_advisor.collect.trace import (COLLECTIVE_COLUMNS, TABLE_COLUMNS, batch, fast_paths, pool, read,
+                                          read_trace, split, tables)
 from kernel_advisor.collect.trace.tables import TableBuilder
 
 DATA = Path(__file__).parent / "data"
@@ -64,12 +64,12 @@ def test_source_streams_gzip_and_plain_alike(tmp_path, monkeypatch):
     raw = _raw("ddp_gloo_rank0")
     plain = tmp_path / "t.json"
     plain.write_bytes(raw)
-    monkeypatch.setattr(source, "READ_BYTES", 1001)
-    assert b"".join(source.decompressed_chunks(plain)) == raw
-    assert b"".join(source.decompressed_chunks(DATA / "ddp_gloo_rank0.json.gz")) == raw
+    monkeypatch.setattr(read, "READ_BYTES", 1001)
+    assert b"".join(read.decompressed_chunks(plain)) == raw
+    assert b"".join(read.decompressed_chunks(DATA / "ddp_gloo_rank0.json.gz")) == raw
 
 
-# ---------------------------------------------------------------- fast_paths.py / json_path.py
+# ---------------------------------------------------------------- fast_paths.py / tables.rows_from_events
 
 @pytest.mark.parametrize("name", ["cuda_gpt_compiled", "ddp_rank0", "ddp_fsdp_rank0", "ddp_gloo_rank0"])
 def test_fast_path_and_json_path_give_equal_tables(name):
@@ -77,7 +77,7 @@ def test_fast_path_and_json_path_give_equal_tables(name):
     rows = fast_paths.fast_rows(block)
     assert rows is not None
     fast = _tables([batch.rows_batch(rows)])
-    slow = _tables([batch.rows_batch(json_path.rows_from_events(json.loads(b"[" + block + b"]")))])
+    slow = _tables([batch.rows_batch(tables.rows_from_events(json.loads(b"[" + block + b"]")))])
     for table in fast:
         pd.testing.assert_frame_equal(fast[table], slow[table], obj=table)
     assert len(fast["cpu_ops"]) and (len(fast["collectives"]) or name == "cuda_gpt_compiled")

@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kernel_advisor.collect.trace import (TABLE_COLUMNS, TABLE_OF_CATEGORY, TraceData, fast_paths, pool, read_trace,
-                                         source, split)
+from kernel_advisor.collect.trace import (TABLE_COLUMNS, TABLE_OF_CATEGORY, TraceData, fast_paths, pool, read,
+                                         read_trace, split)
 from kernel_advisor.errors import UserInputError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -288,7 +288,7 @@ def test_block_and_chunk_boundaries_do_not_matter(monkeypatch, generated, block_
     path, _ = generated
     expected = read_trace(path, workers=1)
     monkeypatch.setattr(split, "BLOCK_BYTES", block_bytes)
-    monkeypatch.setattr(source, "READ_BYTES", read_bytes)
+    monkeypatch.setattr(read, "READ_BYTES", read_bytes)
     _assert_same(read_trace(path, workers=1), expected)
 
 
@@ -297,7 +297,7 @@ def test_plain_json_cut_into_tiny_chunks(monkeypatch, tmp_path):
     # numbers and literals as the last members: a chunk may end inside any of them
     raw = raw.rstrip()[:-1] + b', "flag": true, "nothing": null, "tail_number": -1234567}'
     path = _write(tmp_path / "plain.json", raw)
-    monkeypatch.setattr(source, "READ_BYTES", 1)  # plain files are read 16 x READ_BYTES at a time
+    monkeypatch.setattr(read, "READ_BYTES", 1)  # plain files are read 16 x READ_BYTES at a time
     monkeypatch.setattr(split, "BLOCK_BYTES", 3000)
     trace = read_trace(path)
     assert trace.header["tail_number"] == -1234567

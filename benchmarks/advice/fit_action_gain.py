@@ -28,7 +28,7 @@ import pandas as pd
 import yaml
 from scipy.optimize import linprog
 
-from kernel_advisor.recommend.calibration import action_family
+from kernel_advisor.recommend.gain_fit import action_family
 from kernel_advisor.recommend.gain_fit import (
     DEFAULT_FAMILY, FEATURES, FIT_FILE, FamilyFit, GainInterval, combined_interval, memory_bound_frac,
     predicted_gain_interval)

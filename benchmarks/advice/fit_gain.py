@@ -28,7 +28,7 @@ import pandas as pd
 import yaml
 
 from kernel_advisor.actions import fixed_by
-from kernel_advisor.recommend.calibration import ActionScale, action_family, load_calibration
+from kernel_advisor.recommend.gain_fit import ActionScale, action_family, load_calibration
 from kernel_advisor.recommend.engine import subject_rows
 from kernel_advisor.recommend.report import MAX_GAIN_FRAC
 

@@ -1,22 +1,22 @@
 """Actions: named, reversible transformations a recommendation can apply to the user's model.
 
 The registry is code: each action a prepare function and an Action record, grouped by what
-they change (flags.py: backend switches; precision.py: number formats; module_rewrites.py:
-the model's modules, weights and layout; sdpa.py: attention; compile.py; kernel.py: bundled
-kernels; data_parallel.py: DDP and FSDP2 options). Rules name an action (`action: sdpa`);
+they change (flags.py: backend switches; precision.py: number formats and torch.compile;
+module_rewrites.py: the model's modules, weights and layout, and bundled kernels; sdpa.py:
+attention; data_parallel.py: DDP and FSDP2 options). Rules name an action (`action: sdpa`);
 `advisor recommend --measure` prepares it on the real model, gates it and times it.
 `kernel:<id>` names a bundled kernel; `kernel:auto` the one the recommendation found.
 """
 from __future__ import annotations
 
-from kernel_advisor.actions import compile, data_parallel, flags, kernel, module_rewrites, precision, sdpa
+from kernel_advisor.actions import data_parallel, flags, module_rewrites, precision, sdpa
 from kernel_advisor.actions.base import Action, NotApplicable, NotMeasurable, Variant, stacked
 
 NONE = "none"
 _FIXED: dict[str, Action] = {a.name: a for a in (
     sdpa.SDPA, *sdpa.BACKEND_ACTIONS, module_rewrites.RMS_NORM_MODULE, module_rewrites.CHANNELS_LAST,
     flags.CUDNN_BENCHMARK, flags.TF32, precision.BF16_AUTOCAST, module_rewrites.PAD_GEMM, precision.FLOAT8,
-    *compile.ACTIONS, precision.FLOAT8_COMPILED, *data_parallel.ACTIONS)}
+    *precision.ACTIONS, precision.FLOAT8_COMPILED, *data_parallel.ACTIONS)}
 
 
 def action_names() -> tuple[str, ...]:
@@ -25,15 +25,15 @@ def action_names() -> tuple[str, ...]:
 
 
 def is_known(name: str) -> bool:
-    return name == NONE or name in _FIXED or (name.startswith(kernel.PREFIX) and len(name) > len(kernel.PREFIX))
+    return name == NONE or name in _FIXED or (name.startswith(module_rewrites.PREFIX) and len(name) > len(module_rewrites.PREFIX))
 
 
 def get_action(name: str) -> Action:
     """The action called `name`; KeyError names the known ones."""
     if name in _FIXED:
         return _FIXED[name]
-    if name.startswith(kernel.PREFIX) and name != kernel.PREFIX + "auto":
-        return kernel.action_for(name)
+    if name.startswith(module_rewrites.PREFIX) and name != module_rewrites.PREFIX + "auto":
+        return module_rewrites.action_for(name)
     raise KeyError(f"unknown action {name!r}; known: {', '.join(action_names())}, kernel:<id>, none")
 
 

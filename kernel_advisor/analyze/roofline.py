@@ -6,6 +6,7 @@ thresholds (data/verdict_thresholds.yaml) is in docs/methodology.md.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -15,11 +16,12 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from kernel_advisor.analyze.ceilings import Ceilings
+from kernel_advisor.analyze.ceilings import Ceilings, calibration_provenance, resolve_ceilings
 from kernel_advisor.collect.trace import is_comm_op
 from kernel_advisor.errors import UserInputError
 from kernel_advisor.located_yaml import load_checked
 from kernel_advisor.records.columns import ANALYSIS_COLUMNS
+from kernel_advisor.records.run import RunMeta
 
 THRESHOLDS_FILE = Path(__file__).resolve().parent.parent / "data" / "verdict_thresholds.yaml"
 # The one list of verdicts; rules, tables and the report read it from here.
@@ -333,3 +335,19 @@ def coverage(ops: pd.DataFrame) -> dict:
         "unmodelled": [{"name": str(n), "device_time_total_s": float(t)}
                        for n, t in zip(by_name["name"], by_name["device_time_total_s"])],
     }
+
+
+# ------------------------------------------------------------
+# Analyze a freshly attributed op table: costs, ceilings, roofline verdicts, coverage.
+
+def analyze_ops(ops: pd.DataFrame, meta: RunMeta) -> tuple[pd.DataFrame, dict, dict]:
+    """(ops with analyze columns, ceilings as recorded in run.json, coverage)."""
+    device = RunMeta.of(meta).device
+    ceilings = resolve_ceilings(device["name"], device.get("driver", ""), device_type=device["type"])
+    analyzed = classify(ops, ceilings, meta)
+    recorded = dataclasses.asdict(ceilings)
+    if "measured" in ceilings.origins.values():
+        # When and how noisily the cached figures were measured travels with the run, so every
+        # reader of it (profile's summary, the report) can say so.
+        recorded["calibration"] = calibration_provenance(device["name"], device.get("driver", ""))
+    return analyzed, recorded, coverage(analyzed)

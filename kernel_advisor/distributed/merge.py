@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from kernel_advisor.analyze.collectives import busbw_factor
+from kernel_advisor.analyze.ceilings import busbw_factor
 from kernel_advisor.distributed.comms import Overlap
 
 # NB: identical ranks differ by a few % in median step time from noise alone.

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import torch
 
-from kernel_advisor.actions import NotApplicable, Variant, get_action, kernel as kernel_action, stacked
+from kernel_advisor.actions import NotApplicable, Variant, get_action, module_rewrites, stacked
 from kernel_advisor.actions.base import STAGES, Action
 from kernel_advisor.collect.in_memory import loaded_from_module
 from kernel_advisor.collect.loader import LoadedModel
@@ -45,7 +45,7 @@ class Config:
 
     @property
     def kernels(self) -> tuple[str, ...]:
-        return tuple(a for a in self.actions if a.startswith(kernel_action.PREFIX))
+        return tuple(a for a in self.actions if a.startswith(module_rewrites.PREFIX))
 
     def to_json(self) -> dict:
         return {"name": self.name, "actions": list(self.actions), "compile": self.compile or None}
@@ -73,7 +73,7 @@ def conflicts(a: Action, b: Action) -> bool:
     compile as operators, so their exclusion of compile does not apply here."""
     if a.exclusive and a.exclusive == b.exclusive:
         return True
-    kernel = a.name.startswith(kernel_action.PREFIX) or b.name.startswith(kernel_action.PREFIX)
+    kernel = a.name.startswith(module_rewrites.PREFIX) or b.name.startswith(module_rewrites.PREFIX)
     if kernel:
         return False
     return (bool(b.exclusive) and b.exclusive in a.excludes) or (bool(a.exclusive) and a.exclusive in b.excludes)
@@ -86,7 +86,7 @@ def prepare_config(loaded: LoadedModel, mode: str, config: Config, busy_frac: fl
     current = loaded
     try:
         for name in config.actions:
-            if name.startswith(kernel_action.PREFIX):
+            if name.startswith(module_rewrites.PREFIX):
                 continue
             variants.append(_prepare_on(current, mode, variants, get_action(name)))
             current = dataclasses.replace(current, model=variants[-1].model)
@@ -118,9 +118,9 @@ def _prepare_on(loaded: LoadedModel, mode: str, earlier: Sequence[Variant], acti
 def _kernels(loaded: LoadedModel, mode: str, config: Config, busy_frac: float | None) -> Variant:
     if not config.compile:
         if len(config.kernels) == 1:
-            return kernel_action.prepare(config.kernels[0], loaded, mode, busy_frac)
-        return stacked([kernel_action.prepare(k, loaded, mode, busy_frac) for k in config.kernels])
-    cands = [kernel_action.candidate(k, loaded, busy_frac) for k in config.kernels]
+            return module_rewrites.prepare(config.kernels[0], loaded, mode, busy_frac)
+        return stacked([module_rewrites.prepare(k, loaded, mode, busy_frac) for k in config.kernels])
+    cands = [module_rewrites.candidate(k, loaded, busy_frac) for k in config.kernels]
     problems = [p for p in (kernel_compiled.compile_problem(c) for c in cands) if p]
     if problems:
         raise NotApplicable(problems[0])

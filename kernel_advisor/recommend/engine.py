@@ -10,21 +10,20 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
-from reference_kernels.registry import KernelSpec
 
 from kernel_advisor import actions
 from kernel_advisor.collect.noise import within_noise
-from kernel_advisor.recommend.calibration import calibrated
 from kernel_advisor.recommend.conditions import Check, Range, evaluate
-from kernel_advisor.recommend.evidence import RunContext, run_context
-from kernel_advisor.recommend.explain import CompileReport
-from kernel_advisor.recommend.gain import (
-    EXPOSED_COMM, HOST_GAPS, changes_roof, estimate_gain, evidence_with_gain, gain_frac_of_step, in_step_time,
-    profiled_to_step_factor, without_at_roof_rows)
+from kernel_advisor.recommend.evidence import CompileReport, RunContext, run_context
+from kernel_advisor.recommend.gain import (EXPOSED_COMM, HOST_GAPS, changes_roof, estimate_gain, evidence_with_gain,
+                                           gain_frac_of_step, in_step_time, profiled_to_step_factor,
+                                           without_at_roof_rows)
+from kernel_advisor.recommend.gain_fit import calibrated
 from kernel_advisor.recommend.kernels import resolve_kernel, try_kernel_command
 from kernel_advisor.recommend.messages import fill_message
 from kernel_advisor.recommend.schema import LADDER, Rule
 from kernel_advisor.recommend.subjects import Subject, Subjects, build_subjects
+from reference_kernels.registry import KernelSpec
 
 # A leave-it verdict on an op stops the rungs that mean new kernels or compilation for it;
 # library rungs (a flag, a fused op) stay: they change the roof instead of chasing it.

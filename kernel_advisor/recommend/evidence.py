@@ -5,10 +5,13 @@ Values are SI (seconds, bytes, fractions). The display fields a message template
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import sys
 from dataclasses import dataclass
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
 
 from kernel_advisor.analyze.costs import rnn
 from kernel_advisor.analyze.costs.call import OpCall
@@ -17,6 +20,7 @@ from kernel_advisor.analyze.roofline import RECURRENT_OPS
 from kernel_advisor.collect.noise import step_noise_s
 from kernel_advisor.collect.step_time import step_time_of
 from kernel_advisor.dtypes import is_floating
+from kernel_advisor.errors import UserInputError
 from kernel_advisor.recommend.kernels import op_family
 from kernel_advisor.records.run import RunMeta
 
@@ -247,3 +251,74 @@ def op_evidence(row: Mapping[str, Any], ctx: RunContext) -> dict[str, Any]:
         "time_steps": steps,
         "time_step_s": per_call_s / steps if steps and per_call_s is not None else None,
     }
+
+
+# ------------------------------------------------------------
+# --check-compile: does torch.compile see the model as one graph? (torch._dynamo.explain)
+#
+# Graph breaks split the model into several compiled graphs with eager Python between them:
+# fusion stops at every break and CUDA graphs cannot span them. The report names each
+# break's reason and the user's own frames, so "fix graph breaks first" points at lines.
+
+@dataclass(frozen=True)
+class GraphBreak:
+    reason: str
+    frames: tuple[str, ...]  # "file.py:LINE in function", innermost last
+
+    def where(self) -> str:
+        return self.frames[-1] if self.frames else "unknown location"
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    graph_count: int
+    graph_break_count: int
+    op_count: int
+    breaks: tuple[GraphBreak, ...]  # one per distinct (reason, location)
+
+    def summary(self, limit: int = 3) -> str:
+        if not self.breaks:
+            return "none"
+        shown = [f"{b.reason.splitlines()[0][:160]} at {b.where()}" for b in self.breaks[:limit]]
+        more = len(self.breaks) - limit
+        return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+
+
+def _frames(stack: Sequence[Any], model_file: Path | None) -> tuple[str, ...]:
+    picked = [f for f in stack if model_file is None or Path(f.filename).resolve() == model_file]
+    picked = picked or list(stack)[-2:]
+    return tuple(f"{Path(f.filename).name}:{f.lineno} in {f.name}" for f in picked)
+
+
+def report_from_explain(output: Any, model_file: Path | None = None) -> CompileReport:
+    """Map an ExplainOutput (graphs, graph_break_count, break_reasons, op_count) to our record."""
+    seen: dict[tuple[str, tuple[str, ...]], GraphBreak] = {}
+    for reason in output.break_reasons:
+        brk = GraphBreak(str(reason.reason), _frames(reason.user_stack, model_file))
+        seen.setdefault((brk.reason, brk.frames), brk)
+    return CompileReport(graph_count=int(output.graph_count), graph_break_count=int(output.graph_break_count),
+                         op_count=int(output.op_count), breaks=tuple(seen.values()))
+
+
+def explain_callable(model: Callable, inputs: Sequence[Any], model_file: Path | None = None) -> CompileReport:
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            output = torch._dynamo.explain(model)(*inputs)
+    except Exception as e:  # noqa: BLE001 - Dynamo raises many types; all mean "could not trace"
+        raise UserInputError(f"torch._dynamo.explain could not trace the model: {type(e).__name__}: {e}",
+                             "run the model eagerly first (`advisor profile`), or drop --check-compile") from None
+    finally:
+        torch._dynamo.reset()
+    return report_from_explain(output, model_file)
+
+
+def check_compile(model_file: str | Path, entry: str | None = None, device: str = "cpu") -> CompileReport:
+    from kernel_advisor.collect.loader import load_model
+
+    # The model's own prints must not land in stdout, where --format json goes.
+    with contextlib.redirect_stdout(sys.stderr):
+        loaded = load_model(model_file, entry=entry, device=device, dtype="keep", seed=0)
+        return explain_callable(loaded.model, loaded.inputs, Path(loaded.path).resolve())

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 
 from kernel_advisor.dtypes import dtype_name
-from kernel_advisor.recommend import backend_gain
+from kernel_advisor.recommend import kernel_gain
 from kernel_advisor.recommend.evidence import RunContext
 from kernel_advisor.recommend.kernel_gain import kernel_point_lookup, measured_saving, row_record
 from kernel_advisor.recommend.schema import GainSpec
@@ -184,20 +184,20 @@ def _exposed_comm(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.Dat
 
 
 def _measured_backend(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame) -> GainEstimate:
-    """The target backend's measured time over the current one's (recommend/backend_gain.py), per row."""
+    """The target backend's measured time over the current one's (recommend/kernel_gain.py), per row."""
     current, target = subject.evidence.get("attention_backend"), spec.backend
     dtype = dtype_name(str(subject.evidence.get("dtype") or ""))
     pass_ = "fwd+bwd" if ctx.mode == "train" else "fwd"
-    table = backend_gain.read_backend_table()
+    table = kernel_gain.read_backend_table()
     rows, whys = {}, []
     for row_id, time_s in subject.row_time_per_step_s.items():
-        shape = backend_gain.attention_shape(row_record(ops, row_id).get("input_shapes"))
-        r = backend_gain.backend_ratio(table, ctx.device_name, dtype, pass_, shape, current, target) if shape else None
+        shape = kernel_gain.attention_shape(row_record(ops, row_id).get("input_shapes"))
+        r = kernel_gain.backend_ratio(table, ctx.device_name, dtype, pass_, shape, current, target) if shape else None
         if r is None:
             return _unknown(f"no measured {target} against {current} attention on {ctx.device_name} ({dtype} {pass_}): "
                             "benchmarks/bench_sdpa_backends.py measures the table")
         rows[str(row_id)] = max(time_s * (1.0 - r.ratio), 0.0)
-        whys.append(backend_gain.describe(r, current, target, ctx.device_name, dtype, pass_))
+        whys.append(kernel_gain.describe(r, current, target, ctx.device_name, dtype, pass_))
     return GainEstimate(sum(rows.values()), {k: v for k, v in rows.items() if v > 0},
                         "; ".join(dict.fromkeys(whys)), measured=True)
 

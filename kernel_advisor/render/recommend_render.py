@@ -1,4 +1,4 @@
-"""`advisor recommend` output: a rich table and markdown (the JSON document: recommend/document.py).
+"""`advisor recommend` output: a rich table and markdown (the JSON document: recommend/report.py).
 
 Units are scaled here and only here: ms per step, % of the step.
 """

@@ -9,8 +9,7 @@ from kernel_advisor.collect.trace.collectives import collective_batch, collectiv
 from kernel_advisor.collect.trace.columns import (convert, cpu_columns, gpu_annotation_columns, gpu_columns,
                                                   header_columns, runtime_columns)
 from kernel_advisor.collect.trace.fast_paths import SlowPath, fast_rows
-from kernel_advisor.collect.trace.json_path import rows_from_events
-from kernel_advisor.collect.trace.tables import TABLE_COLUMNS
+from kernel_advisor.collect.trace.tables import TABLE_COLUMNS, rows_from_events
 
 _BUILDERS = {"cpu_ops": cpu_columns, "annotations": header_columns, "gpu": gpu_columns,
              "gpu_annotations": gpu_annotation_columns, "runtime": runtime_columns}

@@ -12,9 +12,8 @@ import json
 import re
 from typing import Iterator
 
-from kernel_advisor.collect.trace.json_path import header_of
 from kernel_advisor.collect.trace.split import SEP
-from kernel_advisor.collect.trace.tables import TABLE_COLUMNS, TABLE_OF_CATEGORY
+from kernel_advisor.collect.trace.tables import TABLE_COLUMNS, TABLE_OF_CATEGORY, header_of
 
 
 class SlowPath(Exception):
