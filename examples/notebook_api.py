@@ -1,5 +1,5 @@
 """The Python API the way a notebook uses it: profile a module in memory, read the op table,
-get recommendations measured in the model, write the report. Runs on CPU in about a minute:
+get recommendations measured in the model, write the report (ka.report renders it). Runs on CPU in about a minute:
 
     python examples/notebook_api.py
 """
@@ -44,7 +44,7 @@ def main() -> None:
         speed = f"{measured.speedup['value']:.2f}x" if measured.speedup else "-"
         print(f"{rec.rank:>2} {rec.rule_id:<28} {rec.action:<16} predicted {rec.estimated_gain_frac or 0:.1%}"
               f"  measured {speed} ({result})")
-    print("report:", run.report(out.parent / "report.html"))
+    print("report:", ka.report(run, out.parent / "report.html"))
     print("reloaded:", len(ka.load(run.path).ops), "op rows")
 
 

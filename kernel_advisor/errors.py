@@ -71,3 +71,15 @@ def exception_text(exc: BaseException) -> str:
     first = lines[0] if lines else ""
     more = " …" if len([line for line in lines if line]) > 1 else ""
     return f"{name}: {first}{more}" if first else name
+
+
+def as_advisor_error(exc: BaseException) -> AdvisorError | None:
+    """A reference kernel's refusal as ours: bad input is exit 1, a missing capability exit 2;
+    None for any other exception. (reference_kernels raises its own errors: it imports nothing of ours.)"""
+    from reference_kernels.errors import KernelInputError, KernelUnavailableError
+
+    if isinstance(exc, KernelInputError):
+        return UserInputError(exc.message, exc.fix)
+    if isinstance(exc, KernelUnavailableError):
+        return EnvironmentCapabilityError(exc.message, exc.fix)
+    return None

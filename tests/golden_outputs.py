@@ -136,20 +136,21 @@ def _measured(out: dict[str, str], run: Path) -> None:
 
     from rich.console import Console
 
-    import kernel_advisor.measure.advice as advice
+    import kernel_advisor.recommend.measured as advice
     from kernel_advisor import api
     from kernel_advisor.experiment.search import SearchOptions
-    from kernel_advisor.render.measured_render import measured_markdown, render_measured
+    from kernel_advisor.pipeline import measured_document, recommendations_document
+    from kernel_advisor.render.recommend_render import measured_markdown, render_measured
 
     saved = advice.measure_actions
     advice.measure_actions = fixed_measurement
     try:
         loaded = api.load(run)
-        report, doc = api.recommendations_document(loaded, None, 10)
-        doc, m = api.measure_document(report, doc, None, "inference", SearchOptions(budget_s=60.0), 10, ("compile",))
+        report, doc = recommendations_document(loaded, None, 10)
+        doc, m = measured_document(report, doc, None, "inference", SearchOptions(budget_s=60.0), 10, ("compile",))
     finally:
         advice.measure_actions = saved
-    api.save_recommendations(run, doc)
+    api.Advice(loaded, report, doc).save()
     out["measured/recommendations.json"] = json.dumps(doc, indent=2, allow_nan=False)
     console = Console(file=io.StringIO(), width=200, color_system=None)
     render_measured(report, m, console)

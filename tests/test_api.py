@@ -69,7 +69,7 @@ def test_recommend_measure_uses_the_in_memory_model(run):
 
 
 def test_report_writes_html(run, tmp_path):
-    path = run.report(tmp_path / "r.html")
+    path = ka.report(run, tmp_path / "r.html")
     assert path.read_text(encoding="utf-8").lower().startswith("<!doctype html>")
 
 

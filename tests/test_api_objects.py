@@ -1,14 +1,18 @@
 """The Python API's objects without a profile: grouped recommendations, a short repr, a try that
-applied nothing saying so."""
+applied nothing saying so, Triton interpreted on a CPU."""
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import sys
+import types
 
 import pytest
 
 import kernel_advisor as ka
-from kernel_advisor.api import FRAME_COLUMNS, Recommendations, _said_when_nothing_applied
+from kernel_advisor.api import FRAME_COLUMNS, Recommendations
+from kernel_advisor.pipeline import said_when_nothing_applied, use_triton_interpreter
 from kernel_advisor.records.recommendations import RecommendationEntry
 
 from battery.checks import previous_run
@@ -74,7 +78,20 @@ def test_a_try_that_applied_nothing_says_so(variants, says):
     report = _Report(variants)
     if says:
         with pytest.warns(UserWarning, match="applied no kernel"):
-            out = _said_when_nothing_applied(report)
+            out = said_when_nothing_applied(report)
         assert out.notes and "applied no kernel" in out.notes[-1]
     else:
-        assert _said_when_nothing_applied(report) is report
+        assert said_when_nothing_applied(report) is report
+
+
+def test_trying_kernels_on_a_cpu_runs_triton_interpreted(monkeypatch):
+    """Run.try_kernels and try_kernel_file set TRITON_INTERPRET=1 on a CPU, as `advisor try-kernel`
+    does, and say so when Triton kernels were decorated without it."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    lines: list[str] = []
+    use_triton_interpreter("cuda", lines.append)
+    assert "TRITON_INTERPRET" not in os.environ
+    monkeypatch.setitem(sys.modules, "reference_kernels.triton._common", types.SimpleNamespace(INTERPRETED=False))
+    use_triton_interpreter("cpu", lines.append)
+    assert os.environ["TRITON_INTERPRET"] == "1"
+    assert len(lines) == 1 and "imported before TRITON_INTERPRET=1" in lines[0]

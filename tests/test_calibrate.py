@@ -6,8 +6,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from kernel_advisor.hardware import calibrate as K
+from kernel_advisor.analyze import calibrate as K
 from kernel_advisor.analyze.ceilings import match_device, read_measured, resolve_ceilings
+from kernel_advisor.collect.options import resolve_device
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
 
 MIB = 2**20
@@ -78,14 +79,14 @@ def test_median_time_runs_warmup_then_flushes_each_rep():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU error")
 def test_cuda_without_gpu_is_an_environment_error():
     with pytest.raises(EnvironmentCapabilityError) as e:
-        K.calibration_device("cuda")
+        K.calibrate("cuda")  # refused before anything is measured (collect/options.py resolve_device)
     assert "--device cpu" in e.value.fix
-    assert K.calibration_device("auto") == "cpu"
+    assert resolve_device("auto").type == "cpu"
 
 
 def test_unknown_device_is_bad_input():
     with pytest.raises(UserInputError):
-        K.calibration_device("tpu")
+        K.calibrate("tpu")
 
 
 def test_gpu_plan_follows_capability():

@@ -432,9 +432,9 @@ def test_the_profile_command_reports_where_the_run_went(home, tmp_path, monkeypa
         write_run(path, gpt_like_ops())  # another process finishing first under the same name
         return path
 
-    from kernel_advisor import api
+    from kernel_advisor import pipeline
 
-    monkeypatch.setattr(api, "default_run_dir", taken_meanwhile)  # the CLI profiles through the API
+    monkeypatch.setattr(pipeline, "default_run_dir", taken_meanwhile)  # the CLI profiles through it (api.py)
     result = invoke("profile", models / "good.py", "--device", "cpu", "--steps", "1", "--warmup", "0")
     assert result.exit_code == 0, result.stderr
     assert runs_kept(home) == ["good-20260101-000000", "good-20260101-000000-2", "latest"]

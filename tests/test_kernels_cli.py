@@ -6,7 +6,7 @@ import torch
 from typer.testing import CliRunner
 
 import kernel_advisor.cli
-from kernel_advisor.cli import kernels as kernels_cli
+from reference_kernels import registry
 from reference_kernels.registry import Capability, KernelSpec, all_kernels
 from reference_kernels.triton import _common
 
@@ -95,7 +95,7 @@ def test_cpu_without_interpreter_exits_2(monkeypatch):
 
 
 def test_failing_kernel_json_stays_valid_with_long_reasons(monkeypatch):
-    monkeypatch.setattr(kernels_cli, "get_kernel", lambda kernel_id: BROKEN)
+    monkeypatch.setattr(registry, "get_kernel", lambda kernel_id: BROKEN)
     result = advisor("kernels", "verify", "test.silu", "--device", DEV, "--json")
     assert result.exit_code == 3
     (silu,) = json.loads(result.stdout)["results"]
@@ -104,7 +104,7 @@ def test_failing_kernel_json_stays_valid_with_long_reasons(monkeypatch):
 
 
 def test_failing_kernel_exits_3_and_shows_the_cases(monkeypatch):
-    monkeypatch.setattr(kernels_cli, "get_kernel", lambda kernel_id: BROKEN)
+    monkeypatch.setattr(registry, "get_kernel", lambda kernel_id: BROKEN)
     result = advisor("kernels", "verify", "test.silu", "--device", DEV)
     assert result.exit_code == 3
     assert "FAIL" in result.stdout and "relative error norm" in result.stdout
@@ -112,7 +112,7 @@ def test_failing_kernel_exits_3_and_shows_the_cases(monkeypatch):
 
 
 def test_verify_all_skips_kernels_that_cannot_run_here(monkeypatch):
-    monkeypatch.setattr(kernels_cli, "all_kernels", lambda: (EAGER, NEEDS_GPU))
+    monkeypatch.setattr(registry, "all_kernels", lambda: (EAGER, NEEDS_GPU))
     result = advisor("kernels", "verify", "--device", "cpu", "--json")
     assert result.exit_code == 0, result.output
     assert [r["kernel_id"] for r in json.loads(result.stdout)["results"]] == ["test.silu"]
@@ -120,6 +120,6 @@ def test_verify_all_skips_kernels_that_cannot_run_here(monkeypatch):
 
 
 def test_verify_all_with_nothing_runnable_exits_2(monkeypatch):
-    monkeypatch.setattr(kernels_cli, "all_kernels", lambda: (NEEDS_GPU,))
+    monkeypatch.setattr(registry, "all_kernels", lambda: (NEEDS_GPU,))
     result = advisor("kernels", "verify", "--device", "cpu")
     assert result.exit_code == 2

@@ -135,7 +135,7 @@ def test_a_quiet_step_ranks_as_before():
 
 def test_recommendations_json_marks_findings_within_noise():
     from kernel_advisor.recommend.report import Report
-    from kernel_advisor.recommend.document import recommendations_json
+    from kernel_advisor.recommend.report import recommendations_json
 
     ctx = _noisy_ctx()
     findings = rank_findings([_rec("solid", ctx.step_noise_s * 2), _rec("tiny", ctx.step_noise_s / 2)], [], ctx)
@@ -173,7 +173,7 @@ def test_a_profile_with_twice_as_many_busy_threads_as_cores_warns(tmp_path):
     assert noise["load"]["other_runnable"] >= cores
     assert noise["extra_windows"] > 0  # more windows were timed
     assert len(run.meta["loop_step_s"]) == 3 + noise["extra_windows"]
-    lines = [w for w in run.warnings if "--threads" in w]
+    lines = [w for w in ka.warnings(run) if "--threads" in w]
     assert len(lines) == 1 and "cores" in lines[0]
     json.dumps(run.meta, allow_nan=False)
     assert all(math.isfinite(x) for x in run.meta["loop_step_s"])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kernel_advisor import api
-from kernel_advisor.api import recommendations_document
+from kernel_advisor.pipeline import recommendations_document
 
 ARCHIVE = Path(__file__).parent / "data" / "gpu_runs.tar.gz"
 HOTSPOT_MIN_PCT = 2.0  # every hotspot of at least this share gets a rung or an evidenced reason

@@ -13,7 +13,7 @@ import torch.nn as nn
 import kernel_advisor as ka
 from kernel_advisor.analyze import roofline as R
 from kernel_advisor.analyze.ceilings import make_ceilings
-from kernel_advisor.api import recommendations_document
+from kernel_advisor.pipeline import recommendations_document
 from kernel_advisor.recommend.evidence import RunContext, op_evidence
 
 # bf16/fp16 2e14, fp32 1e13 FLOP/s; 1e12 B/s; 100 SMs

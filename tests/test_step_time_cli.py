@@ -229,4 +229,4 @@ def test_api_run_exposes_the_step_time_and_warnings(advisor_home, tmp_path):
     run = ka.import_trace(_trace(tmp_path / "api.json", 2, record_shapes=True, scheduled=False),
                           out=tmp_path / "api-run", steps=2)
     assert run.meta["steps"] == 2 and run.step_time.source == "trace-span" and run.step_time.steps == 2
-    assert any("taken as 2 steps" in w for w in run.warnings)
+    assert any("taken as 2 steps" in w for w in ka.warnings(run))

@@ -12,10 +12,7 @@ from typing import Annotated, Callable, TypeVar
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from reference_kernels.errors import KernelInputError, KernelUnavailableError
-
-from kernel_advisor.errors import (EXIT_CODE_HELP, AdvisorError, EnvironmentCapabilityError, ExitCode,
-                                   UserInputError, exception_text)
+from kernel_advisor.errors import EXIT_CODE_HELP, AdvisorError, ExitCode, as_advisor_error, exception_text
 
 F = TypeVar("F", bound=Callable)
 
@@ -233,18 +230,12 @@ def exit_with_line(message: str, code: int) -> None:
     raise typer.Exit(code)
 
 
-def kernel_error(e: KernelInputError | KernelUnavailableError) -> AdvisorError:
-    """A reference kernel's refusal as our error: bad input is exit 1, a missing capability exit 2."""
-    kind = UserInputError if isinstance(e, KernelInputError) else EnvironmentCapabilityError
-    return kind(e.message, e.fix)
-
-
 def guarded(fn: F) -> F:
     """Turn every exception into one stderr line and a documented exit code."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from kernel_advisor.collect.interrupts import kept_runs
+        from kernel_advisor.api import kept_runs
 
         kept_before = len(kept_runs())
         try:
@@ -255,18 +246,16 @@ def guarded(fn: F) -> F:
             if debug_enabled():
                 traceback.print_exc()
             exit_with_line(e.one_line(), int(e.exit_code))
-        except (KernelInputError, KernelUnavailableError) as e:
-            if debug_enabled():
-                traceback.print_exc()
-            ours = kernel_error(e)
-            exit_with_line(ours.one_line(), int(ours.exit_code))
         except KeyboardInterrupt:
-            from kernel_advisor.collect.interrupts import interrupted_message
+            from kernel_advisor.api import interrupted_message
 
             exit_with_line(interrupted_message(kept_before), 130)
         except BaseException as e:  # noqa: BLE001 - the last line of defence: SystemExit, GeneratorExit too
             if debug_enabled():
                 traceback.print_exc()
+            ours = as_advisor_error(e)  # a reference kernel's refusal: exit 1 or 2, as ours
+            if ours is not None:
+                exit_with_line(ours.one_line(), int(ours.exit_code))
             exit_with_line(f"internal error: {exception_text(e)} — rerun with --debug and report it", int(ExitCode.INTERNAL))
 
     return wrapper  # type: ignore[return-value]

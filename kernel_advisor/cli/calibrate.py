@@ -1,8 +1,7 @@
 """`advisor calibrate`: measure this machine's achievable ceilings and cache them."""
 from __future__ import annotations
 
-from enum import Enum
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -10,38 +9,31 @@ from rich.table import Table
 
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
+from kernel_advisor.cli.options import Device
 from kernel_advisor.render.units import fmt_frac_pct, fmt_si, fmt_time_s
-from kernel_advisor.records.base import json_text
-
-if TYPE_CHECKING:
-    from kernel_advisor.analyze.ceilings import Ceilings
-    from kernel_advisor.hardware.calibrate import Calibration
 
 CALIBRATE_JSON_VERSION = 1
 
 
-class CalibrateDevice(str, Enum):
-    auto = "auto"
-    cuda = "cuda"
-    cpu = "cpu"
-
-
-def _measure(device_type: str, show_progress: bool) -> Calibration:
-    from kernel_advisor.hardware.calibrate import calibrate
+def _calibrated(device: str, force: bool, show_progress: bool):
+    """The cached calibration, measured first (a progress bar on stderr) when there is none or --force."""
+    from kernel_advisor import api
 
     columns = (TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     with Progress(*columns, console=console.err, transient=True,
                   disable=not show_progress) as progress:
-        task = progress.add_task("calibrating", total=None)
+        tasks: list = []
 
         def on_step(done: int, total: int, description: str) -> None:
-            progress.update(task, completed=done, total=total, description=description)
+            if not tasks:  # only once measuring starts: a cached calibration shows no bar
+                tasks.append(progress.add_task("calibrating", total=None))
+            progress.update(tasks[0], completed=done, total=total, description=description)
 
-        return calibrate(device_type, on_step=on_step)
+        return api.device_calibration(device, force, on_step)
 
 
-def _datasheet_rate(sheet: Ceilings | None, path: str | None) -> float | None:
+def _datasheet_rate(sheet, path: str | None) -> float | None:
     if sheet is None:
         return None
     if path is None:
@@ -49,7 +41,7 @@ def _datasheet_rate(sheet: Ceilings | None, path: str | None) -> float | None:
     return sheet.peak_flops_per_s[path] if path in sheet.native_paths else None
 
 
-def _table(cal: Calibration, sheet: Ceilings | None) -> Table:
+def _table(cal, sheet) -> Table:
     from kernel_advisor.render.profile_render import spread_text
 
     m = cal.measured
@@ -77,34 +69,21 @@ def _entry_text(device_type: str, name: str, driver: str) -> str:
 @app.command("calibrate")
 @guarded
 def calibrate_cmd(
-    device: Annotated[CalibrateDevice, typer.Option(help="What to measure; auto picks cuda when a GPU is visible.")] = CalibrateDevice.auto,
+    device: Annotated[Device, typer.Option(help="What to measure; auto picks cuda when a GPU is visible.")] = Device.auto,
     json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Measure again even when a cached calibration exists.")] = False,
 ) -> None:
     """Measure copy bandwidth and matmul FLOP/s per dtype; cache them for the roofline."""
-    from kernel_advisor.analyze.ceilings import cache_file, datasheet_ceilings, resolve_ceilings, spec_for
-    from kernel_advisor.collect.rundir import write_error
-    from kernel_advisor.hardware.calibrate import local_device_identity, read_calibration, calibration_device, write_cache
+    from kernel_advisor import api
 
-    device_type = calibration_device(device.value)
-    identity = local_device_identity(device_type)
-    path = cache_file(identity.name, identity.driver)
-    cal = None if force else read_calibration(identity.name, identity.driver)
-    from_cache = cal is not None
-    if cal is None:
-        cal = _measure(device_type, show_progress=not json_out)
-        try:
-            path = write_cache(cal)
-        except OSError as e:  # write_cache removed its temporary file; the old cache is intact
-            raise write_error(path, e) from None
-    ceilings = resolve_ceilings(identity.name, identity.driver, device_type=device_type)
-    sheet = datasheet_ceilings(identity.name, device_type)
+    result = _calibrated(device.value, force, show_progress=not json_out)
+    cal, sheet, identity, path = result.calibration, result.datasheet, result.identity, result.path
     if json_out:
-        spec = spec_for(identity.name, device_type)
-        typer.echo(json_text({
-            "device": {"type": device_type, "name": identity.name, "driver": identity.driver},
-            "cache_file": str(path), "from_cache": from_cache, "calibration": cal.to_json(),
-            "ceilings": ceilings.to_dict(),
+        spec = result.spec
+        typer.echo(api.json_text({
+            "device": {"type": result.device_type, "name": identity.name, "driver": identity.driver},
+            "cache_file": str(path), "from_cache": result.from_cache, "calibration": cal.to_json(),
+            "ceilings": result.ceilings.to_dict(),
             "datasheet": None if sheet is None else {"id": spec.id, "citation": spec.source,
                                                      "ceilings": sheet.to_dict()},
         }, CALIBRATE_JSON_VERSION))
@@ -112,12 +91,12 @@ def calibrate_cmd(
     from kernel_advisor.render.profile_render import calibration_text, calibration_warning
 
     measured = calibration_text(cal.measured.provenance())
-    entry = _entry_text(device_type, identity.name, identity.driver)
-    if from_cache:
+    entry = _entry_text(result.device_type, identity.name, identity.driver)
+    if result.from_cache:
         console.err.print(f"cached calibration ({measured}); --force measures again")
     console.out.print(_table(cal, sheet))
-    console.out.print(f"ceilings: {ceilings.source} — {measured}")
-    console.out.print(f"{'read' if from_cache else 'wrote'} {path}: {entry}", soft_wrap=True)
+    console.out.print(f"ceilings: {result.ceilings.source} — {measured}")
+    console.out.print(f"{'read' if result.from_cache else 'wrote'} {path}: {entry}", soft_wrap=True)
     console.out.print(f"every later profile on this device uses it; a different device or driver gets its own "
                       f"entry in {path.parent}", soft_wrap=True)
     noisy = calibration_warning({"ceilings": {"calibration": cal.measured.provenance()}})

@@ -9,7 +9,6 @@ import typer
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.cli.options import check_top
-from kernel_advisor.errors import UserInputError
 
 
 @app.command("compare")
@@ -25,17 +24,11 @@ def compare_cmd(
     Ops are matched by name + input shapes + dtypes. When A has recommendations.json, each
     recommendation's estimated gain is set against what changed in B.
     """
-    check_top(top)
-    from kernel_advisor.analyze.compare import compare_runs
-    from kernel_advisor.analyze.run_extras import load_recommendations
-    from kernel_advisor.collect.rundir import load_run, resolve_run
+    check_top(top, least=1)
+    from kernel_advisor import api
     from kernel_advisor.render.compare_render import compare_json, compare_renderables, compare_warnings
 
-    if top < 1:
-        raise UserInputError(f"--top must be at least 1, got {top}", "pass --top 1 or more")
-    dir_a, dir_b = resolve_run(run_a), resolve_run(run_b)
-    a, b = load_run(dir_a), load_run(dir_b)
-    comparison = compare_runs(a, b, load_recommendations(dir_a))
+    comparison = api.compare_dirs(run_a, run_b)
     if json_out:
         print(compare_json(comparison, top), flush=True)
     else:

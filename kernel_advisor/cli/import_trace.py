@@ -27,45 +27,32 @@ def import_cmd(
 ) -> None:
     """Build a run from a trace captured elsewhere, without running any model."""
     check_top(top)
-    if out is not None:
-        from kernel_advisor.collect.rundir import check_writable_target
-
-        check_writable_target(out)
     from kernel_advisor import api
     from kernel_advisor.render.profile_render import hotspot_table, profile_json, run_warnings, summary_line
 
+    progress, report = console.step_progress(enabled=not json_out and trace.is_dir())
+    with progress:
+        run = api.import_trace(trace, mode=mode.value, out=out, steps=steps, workers=workers, progress=report)
     if trace.is_dir():
-        _import_ranks(trace, mode, out, top, workers, json_out)
-        return
-    run = api.import_trace(trace, mode=mode.value, out=out, steps=steps)
-    run_dir = run.path
-    if json_out:
-        console.out.print_json(profile_json(run.meta, run.ops, run_dir, top))
+        _print_ranks(run, trace, top, json_out)
+    elif json_out:
+        console.out.print_json(profile_json(run.meta, run.ops, run.path, top))
     else:
         console.out.print(hotspot_table(run.ops, top, title=f"Top hotspots — imported {trace.name}"))
-        console.out.print(summary_line(run.meta, run_dir))
+        console.out.print(summary_line(run.meta, run.path))
     for line in run_warnings(run.meta):  # last, where they are seen
         console.warn(line)
 
 
-def _import_ranks(directory: Path, mode: Mode, out: Optional[Path], top: int, workers: Optional[int],
-                  json_out: bool) -> None:
+def _print_ranks(run, directory: Path, top: int, json_out: bool) -> None:
     """Rank 0's hotspots, the per-rank table, the collectives and their skew across ranks."""
-    from kernel_advisor import api
-    from kernel_advisor.distributed.assemble import load_ranks_document
     from kernel_advisor.render.dist_render import distributed_json
-    from kernel_advisor.render.multirank_render import multirank_output, skew_table
-    from kernel_advisor.render.profile_render import run_warnings
+    from kernel_advisor.render.dist_render import multirank_output, skew_table
 
-    progress, report = console.step_progress(enabled=not json_out)
-    with progress:
-        run = api.import_trace(directory, mode=mode.value, out=out, workers=workers, progress=report)
-    doc = load_ranks_document(run.path)
+    doc = run.ranks
     if json_out:
         console.out.print_json(distributed_json(run.meta, run.ops, run.path, top, doc))
-    else:
-        title = f"Top hotspots — rank 0 of {doc['world_size']} — imported {directory.name}"
-        for part in multirank_output(run, doc, top, title, after=[skew_table(doc)]):
-            console.out.print(part)
-    for line in run_warnings(run.meta):
-        console.warn(line)
+        return
+    title = f"Top hotspots — rank 0 of {doc['world_size']} — imported {directory.name}"
+    for part in multirank_output(run, doc, top, title, after=[skew_table(doc)]):
+        console.out.print(part)

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 import math
-from enum import Enum
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
@@ -11,33 +10,10 @@ from rich.text import Text
 
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded, new_typer
-from kernel_advisor.errors import CorrectnessError, EnvironmentCapabilityError
-from kernel_advisor.records.base import json_text
+from kernel_advisor.cli.options import Device
+from kernel_advisor.errors import CorrectnessError
 
 KERNELS_JSON_VERSION = 2  # 2: an object with "kernels" (was a bare list), schema_version first
-
-if TYPE_CHECKING:
-    from reference_kernels.registry import KernelSpec
-    from reference_kernels.routes import RouteTable
-
-
-# The registry imports torch, which `advisor kernels --help` must not: it is looked up on use.
-def all_kernels() -> tuple[KernelSpec, ...]:
-    from reference_kernels import registry
-
-    return registry.all_kernels()
-
-
-def routes() -> dict[str, RouteTable]:
-    from reference_kernels import routes as measured
-
-    return measured.routes()
-
-
-def get_kernel(kernel_id: str) -> KernelSpec:
-    from reference_kernels import registry
-
-    return registry.get_kernel(kernel_id)
 
 
 kernels_app = new_typer(
@@ -50,29 +26,22 @@ app.add_typer(kernels_app, name="kernels")
 MAX_FAILURES_SHOWN = 8
 
 
-class KernelDevice(str, Enum):
-    auto = "auto"
-    cuda = "cuda"
-    cpu = "cpu"
-
-
-DeviceOption = Annotated[KernelDevice, typer.Option(
+DeviceOption = Annotated[Device, typer.Option(
     "--device", help="Where to run or check: auto picks cuda when a GPU is visible; Triton "
     "kernels run on cpu through TRITON_INTERPRET=1.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
 
-def _device(choice: KernelDevice) -> str:
-    if choice is KernelDevice.auto:
-        import torch
+def _device(choice: Device) -> str:
+    """auto: cuda when a GPU is visible; cuda is taken as asked, each kernel's status says what it lacks."""
+    from kernel_advisor import api
 
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return choice.value
+    return api.resolve_device(choice.value, gpus=None).type
 
 
 @kernels_app.callback(invoke_without_command=True)
 @guarded
-def kernels_root(ctx: typer.Context, device: DeviceOption = KernelDevice.auto,
+def kernels_root(ctx: typer.Context, device: DeviceOption = Device.auto,
                  as_json: JsonOption = False) -> None:
     """List the reference kernels (the default); see `advisor kernels verify --help`."""
     if ctx.invoked_subcommand is None:
@@ -81,16 +50,18 @@ def kernels_root(ctx: typer.Context, device: DeviceOption = KernelDevice.auto,
 
 @kernels_app.command("list")
 @guarded
-def list_cmd(device: DeviceOption = KernelDevice.auto, as_json: JsonOption = False) -> None:
+def list_cmd(device: DeviceOption = Device.auto, as_json: JsonOption = False) -> None:
     """List the reference kernels: what they replace, dtypes, backward, status here."""
     _print_list(_device(device), as_json)
 
 
 def _print_list(device: str, as_json: bool) -> None:
-    specs = all_kernels()
+    from kernel_advisor import api
+
+    specs, tables = api.kernel_specs(), api.kernel_routes()
     if as_json:
-        typer.echo(json_text({"device": device, "kernels": [_spec_dict(s, device) for s in specs]},
-                             KERNELS_JSON_VERSION))
+        typer.echo(api.json_text({"device": device, "kernels": [_spec_dict(s, device, tables) for s in specs]},
+                                 KERNELS_JSON_VERSION))
         return
     table = Table(title=f"Reference kernels (status on {device})")
     table.add_column("id", no_wrap=True)
@@ -99,7 +70,6 @@ def _print_list(device: str, as_json: bool) -> None:
     table.add_column("bwd", no_wrap=True)
     table.add_column("to eager at (host-bound | device-bound step)", no_wrap=True)
     table.add_column("status", overflow="fold", ratio=1)
-    tables = routes()
     for spec in specs:
         reason = spec.reason_if_unsatisfied(device)
         dtypes = ",".join(_SHORT_DTYPES.get(d, d) for d in spec.dtypes)
@@ -113,7 +83,7 @@ def _print_list(device: str, as_json: bool) -> None:
                       "measured).")
 
 
-def _eager_text(table: RouteTable | None) -> str:
+def _eager_text(table) -> str:
     counts = _route_counts(table)
     return ", ".join(f"{p} {c['eager_host_bound']}|{c['eager_device_bound']}/{c['measured']}"
                      for p, c in counts.items()) or "-"
@@ -122,11 +92,11 @@ def _eager_text(table: RouteTable | None) -> str:
 _SHORT_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64"}
 
 
-def _replaces(spec: KernelSpec) -> str:
+def _replaces(spec) -> str:
     return ", ".join(spec.replaces_aten + tuple(f"<{p}>" for p in spec.replaces_patterns))
 
 
-def _spec_dict(spec: KernelSpec, device: str) -> dict:
+def _spec_dict(spec, device: str, tables: dict) -> dict:
     return {"id": spec.id, "title": spec.title, "backend": spec.capability.backend,
             "replaces_aten": list(spec.replaces_aten),
             "replaces_patterns": list(spec.replaces_patterns), "dtypes": list(spec.dtypes),
@@ -138,10 +108,10 @@ def _spec_dict(spec: KernelSpec, device: str) -> dict:
             "refuses": [c.name for c in spec.refuses],
             # measured routes: {pass: {"eager_host_bound": shapes routed to eager in a host-bound
             # step, "eager_device_bound": in a device-bound one, "measured": shapes}}
-            "measured_routes": _route_counts(routes().get(spec.id))}
+            "measured_routes": _route_counts(tables.get(spec.id))}
 
 
-def _route_counts(table: RouteTable | None) -> dict:
+def _route_counts(table) -> dict:
     if table is None:
         return {}
     host, device = table.eager_counts(True), table.eager_counts(False)
@@ -154,27 +124,22 @@ def _route_counts(table: RouteTable | None) -> dict:
 def verify_cmd(
     ids: Annotated[Optional[list[str]], typer.Argument(
         help="Kernel ids (see `advisor kernels`); all that can run here when omitted.")] = None,
-    device: DeviceOption = KernelDevice.auto,
+    device: DeviceOption = Device.auto,
     as_json: JsonOption = False,
 ) -> None:
     """Check kernels against float64 PyTorch: outputs, gradients, gradcheck, determinism.
 
     Exit code 3 when any kernel fails, 2 when a named kernel cannot run on this device.
     """
-    from reference_kernels.verify import verify_kernel  # imports no triton by itself
+    from kernel_advisor import api
 
     where = _device(device)
-    specs = _selected(ids, where)
-    results = []
     progress, report = console.step_progress(enabled=not as_json)
     with progress:
-        for done, spec in enumerate(specs):
-            report(f"verifying on {where}", done, len(specs))
-            results.append(verify_kernel(spec, where))
-        report(f"verifying on {where}", len(specs), len(specs))
+        results = api.verified_kernels(ids or (), where, report, console.warn)
     if as_json:
         # Plain echo: rich would wrap long failure reasons inside JSON strings.
-        typer.echo(json_text({"device": where, "results": [r.to_dict() for r in results]}, KERNELS_JSON_VERSION))
+        typer.echo(api.json_text({"device": where, "results": [r.to_dict() for r in results]}, KERNELS_JSON_VERSION))
     else:
         _print_results(results, where)
     failed = [r.kernel_id for r in results if not r.passed]
@@ -182,27 +147,6 @@ def verify_cmd(
         raise CorrectnessError(f"{len(failed)} of {len(results)} kernels failed verification on "
                                f"{where}: {', '.join(failed)}",
                                "see the failing cases; do not A/B-test a kernel that fails")
-
-
-def _selected(ids: list[str] | None, device: str) -> list[KernelSpec]:
-    """The named kernels (all must run here), or every kernel that can run here."""
-    if ids:
-        specs = [get_kernel(i) for i in ids]  # KernelInputError (exit 1 through guarded) for an unknown id
-        for spec in specs:
-            reason = spec.reason_if_unsatisfied(device)
-            if reason:
-                raise EnvironmentCapabilityError(f"{spec.id} cannot run on {device}: {reason}",
-                                                 "pick another --device or another kernel")
-        return specs
-    specs = [s for s in all_kernels() if s.reason_if_unsatisfied(device) is None]
-    skipped = [s.id for s in all_kernels() if s.reason_if_unsatisfied(device) is not None]
-    if skipped:
-        console.warn(f"skipping {len(skipped)} kernel(s) that cannot run on {device}: "
-                     f"{', '.join(skipped)} (see `advisor kernels --device {device}`)")
-    if not specs:
-        raise EnvironmentCapabilityError(f"no reference kernel can run on {device}",
-                                         "install triton, or run on a CUDA machine")
-    return specs
 
 
 def _print_results(results, device: str) -> None:

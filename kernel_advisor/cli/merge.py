@@ -21,20 +21,13 @@ def merge_cmd(
 ) -> None:
     """Merge a multi-node job's node directories: ranks, nodes, inter- against intra-node communication."""
     check_top(top)
-    if out is not None:
-        from kernel_advisor.collect.rundir import check_writable_target
-
-        check_writable_target(out)
     from kernel_advisor import api
-    from kernel_advisor.distributed.assemble import load_ranks_document
-    from kernel_advisor.records.node import NodesRecord
     from kernel_advisor.render.dist_render import distributed_json
-    from kernel_advisor.render.multirank_render import link_table, multirank_output, node_table
+    from kernel_advisor.render.dist_render import link_table, multirank_output, node_table
     from kernel_advisor.render.profile_render import run_warnings
 
     run = api.merge_nodes(node_dirs, out=out)
-    doc = load_ranks_document(run.path)
-    nodes = NodesRecord.read(run.path).to_json()
+    doc, nodes = run.ranks, run.nodes
     if json_out:
         console.out.print_json(distributed_json(run.meta, run.ops, run.path, top, {**doc, "nodes": nodes}))
     else:

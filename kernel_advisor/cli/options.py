@@ -39,20 +39,10 @@ def autocast_name(autocast: Optional[Autocast]) -> Optional[str]:
     return autocast.value if autocast is not None else None
 
 
-def check_top(top: int) -> None:
-    """--top counts rows: a negative count would print an empty table as if nothing were hot."""
-    from kernel_advisor.errors import UserInputError
+def check_top(top: int, least: int = 0) -> None:
+    """--top counts rows: a negative count would print an empty table as if nothing were hot; a
+    report or a comparison needs `least` rows."""
+    from kernel_advisor.api import check_count
 
-    if top < 0:
-        raise UserInputError(f"--top cannot be negative (got {top})", "use --top 15, for example, or 0 for no rows")
-
-
-SEED_MIN, SEED_MAX = -(1 << 63), (1 << 64) - 1  # what torch.manual_seed takes
-
-
-def check_seed(seed: int) -> None:
-    from kernel_advisor.errors import UserInputError
-
-    if not SEED_MIN <= seed <= SEED_MAX:
-        raise UserInputError(f"--seed must fit in 64 bits (got a {seed.bit_length()}-bit number)",
-                             "use a seed between 0 and 2**64 - 1, such as --seed 0")
+    check_count("--top", top, 0, "use --top 15, for example, or 0 for no rows")
+    check_count("--top", top, least, f"pass --top {least} or more")

@@ -7,14 +7,11 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from kernel_advisor.cli import console
-from kernel_advisor.cli.options import AutocastOption, Device, DType, Mode, autocast_name, check_seed, check_top
 from kernel_advisor.cli.app import app, guarded
-from kernel_advisor.collect.counts import validate_counts
-from kernel_advisor.errors import UserInputError
-from kernel_advisor.records.run import RunMeta
+from kernel_advisor.cli.options import AutocastOption, Device, DType, Mode, autocast_name, check_top
 
 if TYPE_CHECKING:
-    from kernel_advisor.distributed.launch import DistributedRequest
+    from kernel_advisor.api import Run
 
 
 @app.command("profile")
@@ -44,137 +41,72 @@ def profile_cmd(
     with_stack: Annotated[bool, typer.Option("--with-stack", help="Record Python call stacks in the trace (Perfetto, HTA); slows the steps that record shapes (on a GPU the kernels are timed in a pass without it).")] = False,
 ) -> None:
     """Profile MODEL on the device, attribute device time to ops, classify each hotspot on the roofline."""
-    validate_counts(warmup, steps)
     check_top(top)
-    check_seed(seed)
-    if out is not None:  # before the model runs: a bad --out must not cost a profile
-        from kernel_advisor.collect.rundir import check_writable_target
+    from kernel_advisor import api  # checks every other option before anything heavy runs
 
-        check_writable_target(out)
-    if threads is not None:
-        from kernel_advisor.api import use_threads
-
-        use_threads(threads)  # before any distributed launch: a bad N is refused before the model runs
-    rendezvous = _rendezvous(nnodes, node_rank, rdzv_endpoint, rdzv_id, rdzv_backend)
-    if nproc_per_node != 1 or fsdp or rendezvous.multi_node:
-        if threads is not None:
-            raise UserInputError("--threads is not supported with --nproc-per-node or --fsdp yet",
-                                 "profile one process with --threads, or set OMP_NUM_THREADS")
-        _check_distributed_options(nproc_per_node, fsdp, mode, autocast_name(autocast), with_stack)
-        from kernel_advisor.distributed.launch import DistributedRequest
-
-        request = DistributedRequest(model=model, entry=entry, device=device.value, mode=mode.value,
-                                     dtype=dtype.value, warmup=warmup, steps=steps, seed=seed,
-                                     nproc_per_node=nproc_per_node, fsdp=fsdp, rendezvous=rendezvous)
-        if rendezvous.multi_node:
-            _profile_node(request, out, json_out)
-            return
-        _profile_distributed(request, out, top, json_out)
-        return
-    from kernel_advisor import api
-    from kernel_advisor.analyze.regions import region_view
-    from kernel_advisor.render.profile_render import hotspot_table, profile_json, region_table, run_warnings, summary_line
-
+    rendezvous = {"nnodes": nnodes, "node_rank": node_rank, "endpoint": rdzv_endpoint, "rdzv_id": rdzv_id,
+                  "backend": rdzv_backend}
     progress, report = console.step_progress(enabled=not json_out)
     with progress:
         run = api.profile_file(model, entry=entry, device=device.value, dtype=dtype.value, mode=mode.value,
                                steps=steps, warmup=warmup, out=out, seed=seed, autocast=autocast_name(autocast),
-                               progress=report, with_stack=with_stack, threads=threads)
-    run_dir, meta = run.path, run.meta
-    for where in meta.nonfinite_outputs:
-        console.warn(f"the model's output has non-finite values: {where}; profiling went on")
-    _warn_mutated_inputs(run)
-    shown = region_view(run, region) if region else run
-    if json_out:
-        console.out.print_json(profile_json(shown.meta, shown.ops, run_dir, top))
-    else:
-        where = f" in region '{region}'" if region else ""
-        console.out.print(hotspot_table(shown.ops, top, title=f"Top hotspots{where} — {Path(model).name} on {RunMeta.of(meta).device_name}"))
-        if not region and (run.sequence["region"] != "").any():
-            console.out.print(region_table(run.sequence, run.ops))
-        console.out.print(summary_line(run.meta, run_dir))
-    for line in run_warnings(run.meta):  # last, where they are seen
-        console.warn(line)
-
-
-def _warn_mutated_inputs(run) -> None:
-    from kernel_advisor.collect.runner import mutated_inputs_warning
-
-    loaded = getattr(run, "_loaded", None)
-    line = mutated_inputs_warning(loaded.mutated_inputs if loaded is not None else [])
-    if line:
-        console.warn(line)
-
-
-def _check_distributed_options(nproc_per_node: int, fsdp: bool, mode: Mode, autocast: Optional[str],
-                               with_stack: bool = False) -> None:
-    if with_stack:
-        raise UserInputError("--with-stack is not supported with --nproc-per-node or --fsdp yet",
-                             "profile one process with --with-stack")
-    if autocast is not None:
-        raise UserInputError("--autocast is not supported with --nproc-per-node or --fsdp yet",
-                             "profile one process with --autocast, or cast with --dtype")
-    if nproc_per_node < 1:
-        raise UserInputError(f"--nproc-per-node must be at least 1 (got {nproc_per_node})",
-                             "use --nproc-per-node 2 (or more) for a distributed run")
-    if fsdp and (nproc_per_node < 2 or mode != Mode.train):
-        raise UserInputError("--fsdp shards training across ranks",
-                             "use it with --mode train --nproc-per-node 2 (or more)")
-
-
-def _profile_distributed(request: DistributedRequest, out: Optional[Path], top: int, json_out: bool) -> None:
-    """Launch the ranks, then show rank 0's hotspots, the per-rank table and the collectives."""
-    from kernel_advisor.collect.rundir import default_run_dir, load_run
-    from kernel_advisor.distributed.assemble import load_ranks_document
-    from kernel_advisor.distributed.launch import profile_distributed
-    from kernel_advisor.render.dist_render import collective_table, distributed_json, distributed_line, rank_table
-    from kernel_advisor.render.profile_render import hotspot_table, run_warnings, summary_line
-
-    run_dir = out if out is not None else default_run_dir(request.model.stem)
-    progress, report = console.step_progress(enabled=not json_out)
-    with progress:
-        run_dir, meta = profile_distributed(request, run_dir, report)
-    run = load_run(run_dir)
-    doc = load_ranks_document(run_dir)
-    if json_out:
-        console.out.print_json(distributed_json(run.meta, run.ops, run_dir, top, doc))
-    else:
-        title = f"Top hotspots — rank 0 of {doc['world_size']} — {request.model.name} on {RunMeta.of(meta).device_name}"
-        console.out.print(hotspot_table(run.ops, top, title=title))
-        console.out.print(rank_table(doc))
-        console.out.print(collective_table(doc))
-        console.out.print(summary_line(run.meta, run_dir))
-        console.out.print(distributed_line(run.meta.distributed))
-    for line in run_warnings(run.meta):  # rank 0's
-        console.warn(line)
-
-
-def _rendezvous(nnodes: int, node_rank: Optional[int], endpoint: Optional[str], rdzv_id: Optional[str],
-                backend: Optional[str]):
-    """torchrun's multi-node options, checked before anything runs (exit 1 on a bad combination)."""
-    from kernel_advisor.distributed.rendezvous import Rendezvous, check_rendezvous
-
-    rendezvous = Rendezvous(nnodes, node_rank, endpoint, rdzv_id, backend)
-    check_rendezvous(rendezvous)
-    return rendezvous
-
-
-def _profile_node(request: DistributedRequest, out: Optional[Path], json_out: bool) -> None:
-    """One node of a multi-node job: its ranks go to a node directory for `advisor merge`."""
-    from kernel_advisor.collect.rundir import default_run_dir
-    from kernel_advisor.distributed.launch import profile_distributed
-    from kernel_advisor.records.base import json_text
-    from kernel_advisor.records.node import SCHEMA_VERSION
-
-    name = f"{request.model.stem}-node{request.rendezvous.node_rank if request.rendezvous.node_rank is not None else 'x'}"
-    node_dir = out if out is not None else default_run_dir(name)
-    progress, report = console.step_progress(enabled=not json_out)
-    with progress:
-        node_dir, node = profile_distributed(request, node_dir, report)
-    if json_out:
-        console.out.print_json(json_text({"node_dir": str(node_dir), "node": node}, SCHEMA_VERSION))
+                               progress=report, with_stack=with_stack, threads=threads,
+                               nproc_per_node=nproc_per_node, fsdp=fsdp, rendezvous=rendezvous)
+    if not isinstance(run, api.Run):  # one node of a multi-node job
+        _print_node(run, json_out)
         return
-    ranks = node["ranks"]
-    console.out.print(f"node {node['node_rank']} of {node['nnodes']} ({console.printable(node['hostname'])}): "
-                      f"ranks {ranks[0]}–{ranks[-1]} of {node['world_size']} written to {node_dir}")
+    if run.meta.distributed:
+        _print_ranks(run, model, top, json_out)
+    else:
+        _print_run(run, model, top, region, json_out)
+    from kernel_advisor.render.profile_render import run_warnings
+
+    for line in run_warnings(run.meta):  # last, where they are seen (rank 0's for ranks)
+        console.warn(line)
+
+
+def _print_run(run: Run, model: Path, top: int, region: Optional[str], json_out: bool) -> None:
+    from kernel_advisor.render.profile_render import hotspot_table, profile_json, region_table, summary_line
+
+    for where in run.meta.nonfinite_outputs:
+        console.warn(f"the model's output has non-finite values: {where}; profiling went on")
+    if run.input_warning:
+        console.warn(run.input_warning)
+    shown = run.in_region(region) if region else run
+    if json_out:
+        console.out.print_json(profile_json(shown.meta, shown.ops, run.path, top))
+        return
+    where = f" in region '{region}'" if region else ""
+    title = f"Top hotspots{where} — {Path(model).name} on {run.meta.device_name}"
+    console.out.print(hotspot_table(shown.ops, top, title=title))
+    if not region and (run.sequence["region"] != "").any():
+        console.out.print(region_table(run.sequence, run.ops))
+    console.out.print(summary_line(run.meta, run.path))
+
+
+def _print_ranks(run: Run, model: Path, top: int, json_out: bool) -> None:
+    """Rank 0's hotspots, the per-rank table and the collectives."""
+    from kernel_advisor.render.dist_render import collective_table, distributed_json, distributed_line, rank_table
+    from kernel_advisor.render.profile_render import hotspot_table, summary_line
+
+    doc = run.ranks
+    if json_out:
+        console.out.print_json(distributed_json(run.meta, run.ops, run.path, top, doc))
+        return
+    title = f"Top hotspots — rank 0 of {doc['world_size']} — {Path(model).name} on {run.meta.device_name}"
+    console.out.print(hotspot_table(run.ops, top, title=title))
+    console.out.print(rank_table(doc))
+    console.out.print(collective_table(doc))
+    console.out.print(summary_line(run.meta, run.path))
+    console.out.print(distributed_line(run.meta.distributed))
+
+
+def _print_node(node, json_out: bool) -> None:
+    """One node of a multi-node job: its ranks went to a node directory for `advisor merge`."""
+    if json_out:
+        console.out.print_json(node.to_json())
+        return
+    info, ranks = node.node, node.node["ranks"]
+    console.out.print(f"node {info['node_rank']} of {info['nnodes']} ({console.printable(info['hostname'])}): "
+                      f"ranks {ranks[0]}–{ranks[-1]} of {info['world_size']} written to {node.path}")
     console.out.print("merge every node's directory into one run: advisor merge NODE_DIR…")

@@ -1,4 +1,5 @@
-"""`advisor recommend [RUN]`: apply the rules to a profiled run; never re-profiles."""
+"""`advisor recommend [RUN]`: apply the rules to a profiled run; never re-profiles. With
+`--measure`, each action is measured in the model (api.advise) and printed beside its prediction."""
 from __future__ import annotations
 
 import json
@@ -9,15 +10,12 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.cli import console
-from kernel_advisor.cli.console import out
-from kernel_advisor.errors import GateExceeded, UserInputError
+from kernel_advisor.cli.app import app, exit_with_line, guarded
+from kernel_advisor.errors import GateExceeded
 
 if TYPE_CHECKING:
-    from kernel_advisor.records.run import RunMeta
-    from kernel_advisor.recommend.explain import CompileReport
-    from kernel_advisor.recommend.report import Report
+    from kernel_advisor.api import Advice
 
 
 class OutputFormat(str, Enum):
@@ -26,34 +24,39 @@ class OutputFormat(str, Enum):
     markdown = "markdown"
 
 
-def _compile_check(meta: RunMeta) -> CompileReport:
-    import torch
-
-    from kernel_advisor.recommend.explain import check_compile
-
-    file = meta.model_file
-    if not file or not Path(file).is_file():
-        raise UserInputError(f"--check-compile needs the model file, and run.json names {file!r}, "
-                             "which is not here",
-                             "run from the directory you profiled in, or drop --check-compile")
-    ran_on_cuda = meta.device_type == "cuda"
-    device = "cuda" if ran_on_cuda and torch.cuda.is_available() else "cpu"
-    return check_compile(file, entry=meta.model_entry, device=device)
-
-
-def _emit(report: Report, doc: dict, fmt: OutputFormat) -> None:
+def _print(advice: Advice, fmt: OutputFormat) -> None:
+    """The ranked table (or markdown, or the document), the measured outcomes after it when measured."""
+    from kernel_advisor.render.recommend_render import measured_markdown, render_measured
     from kernel_advisor.render.recommend_render import render_markdown, render_table
 
+    report, m = advice.report, advice.measured
     if fmt is OutputFormat.json:
-        sys.stdout.write(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+        sys.stdout.write(json.dumps(advice.doc, indent=2, allow_nan=False) + "\n")
     elif fmt is OutputFormat.markdown:
-        console.write_out(render_markdown(report))
+        console.write_out(render_markdown(report) + ("\n" + measured_markdown(report, m) if m is not None else ""))
     else:
-        render_table(report, out)
+        render_table(report, console.out)
+        if m is not None:
+            render_measured(report, m, console.out)
 
 
-def _gate(report: Report, limit_pct: float | None) -> None:
-    pct = report.total_saving_pct or 0.0
+def _emit_plan(path: Path, advice: Advice) -> None:
+    from kernel_advisor import api
+    from kernel_advisor.render.recommend_render import speedup_text
+
+    m = advice.measured
+    plan = m.measured.plan
+    if not plan.actions:
+        console.warn(f"--emit-plan: nothing written to {path.name}: no configuration measured faster than eager")
+        return
+    summary = (f"The plan `advisor recommend --measure` measured for {advice.model_name} ({advice.mode}): "
+               f"{' + '.join(plan.actions)}, {speedup_text(plan.outcome)} over eager in {m.measured.timing}.")
+    written = api.write_plan_module(path, plan.actions, advice.mode, summary)
+    print(console.printable(f"advisor: wrote the plan as code to {written}"), file=console.err.file, flush=True)
+
+
+def _gate(advice: Advice, limit_pct: float | None) -> None:
+    pct = advice.report.total_saving_pct or 0.0
     if limit_pct is not None and pct > limit_pct:
         raise GateExceeded(f"the estimated gain is {pct:.1f} % of the step, above --fail-if-gain-above {limit_pct:g}",
                            "apply the top recommendations, or raise the limit")
@@ -90,26 +93,19 @@ def recommend_command(
         "--region", help="Only ops inside this NVTX / record_function region (name or glob); gains stay % of the whole step; not saved to recommendations.json.")] = None,
 ) -> None:
     """Rank what to do about the hotspots of a profiled run: library, torch.compile, Triton, CUDA, or leave it."""
-    from kernel_advisor.analyze.regions import region_view
-    from kernel_advisor.api import recommendations_document, save_recommendations
-    from kernel_advisor.cli.measure import MeasureArgs, check_args, measure_and_render
-    from kernel_advisor.collect.rundir import load_run, resolve_run
+    from kernel_advisor import api
 
-    margs = MeasureArgs(measure=measure, top=top, budget_s=budget_s, also=tuple(also or ()), region=region,
-                        emit_plan=emit_plan)
-    measuring = measure or bool(also) or budget_s is not None or emit_plan is not None
-    if measuring:
-        check_args(margs)
-    run_dir = resolve_run(run)
-    loaded = load_run(run_dir)
-    if region:
-        loaded = region_view(loaded, region)
-    compile_report = _compile_check(loaded.meta) if check_compile_flag else None
-    report, doc = recommendations_document(loaded, rules, top, compile_report)
-    if measuring:
-        doc = measure_and_render(report, doc, loaded.meta, Path(run_dir), margs, fmt.value)
-    else:
-        _emit(report, doc, fmt)
-    if not region:  # a region's view must not replace the whole run's saved plan
-        save_recommendations(Path(run_dir), doc)
-    _gate(report, fail_if_gain_above)
+    progress, report = console.step_progress(enabled=measure, lines_when_piped=True)
+    try:
+        with progress:
+            advice = api.advise(run, rules, top=top, region=region, check_compile=check_compile_flag, measure=measure,
+                                budget_s=budget_s, also=tuple(also or ()), emit_plan=emit_plan, progress=report,
+                                terminal=console.diagnostics_to, warn=console.warn)
+    except api.MeasureInterrupted as e:
+        exit_with_line(f"interrupted — what was measured so far is in {e.experiments} (\"complete\": false); "
+                       "recommendations.json is unchanged", 130)
+    if emit_plan is not None:
+        _emit_plan(emit_plan, advice)
+    _print(advice, fmt)
+    advice.save()  # not a --region's view: it must not replace the whole run's saved plan
+    _gate(advice, fail_if_gain_above)

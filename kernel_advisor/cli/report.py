@@ -9,7 +9,6 @@ import typer
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.cli.options import check_top
-from kernel_advisor.cli.outputs import check_not_model_file, check_output_file, model_file_of
 
 # render.html_report's DEFAULT_TOP, which imports pandas: --help must not (tests/test_cli_startup.py checks they agree).
 DEFAULT_TOP = 50
@@ -27,15 +26,14 @@ def report_cmd(
 
     Summary, ceilings, roofline, hotspots, regions, recommendations and try-kernel results.
     """
-    from kernel_advisor.collect.rundir import load_run, resolve_run
+    from kernel_advisor import api
     from kernel_advisor.render.html_report import write_report
 
-    check_top(top)
-    run_dir = resolve_run(run)
+    check_top(top, least=1)
+    run_dir = api.run_path(run)
     out = output if output is not None else run_dir / "report.html"
-    check_not_model_file(out, model_file_of(run_dir))
-    check_output_file(out, (".html", ".htm"), force)
-    result = write_report(load_run(run_dir), out, top)
+    api.check_output_file(out, (".html", ".htm"), force, run_dir=run_dir)
+    result = write_report(api.load(run_dir), out, top)
     if result.chart_problem:
         console.warn(f"the report has no roofline chart: {result.chart_problem}")
     console.write_out(f"wrote {result.path}\n")

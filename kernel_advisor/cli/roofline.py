@@ -8,8 +8,6 @@ import typer
 
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
-from kernel_advisor.cli.outputs import check_not_model_file, check_output_file, model_file_of
-from kernel_advisor.errors import UserInputError
 
 
 @app.command("roofline")
@@ -20,17 +18,14 @@ def roofline_cmd(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing -o file that is not a .png or .svg image.")] = False,
 ) -> None:
     """Draw the device's roofs and every modelled hotspot, log-log (needs matplotlib)."""
-    from kernel_advisor.collect.rundir import load_run, resolve_run
+    from kernel_advisor import api
     from kernel_advisor.render.roofline_chart import caption, chart_format, draw_roofline, roofline_data, write_chart
 
-    run_dir = resolve_run(run)
+    run_dir = api.run_path(run)
     out = output if output is not None else run_dir / "roofline.png"
     fmt = chart_format(out.suffix)  # before any work: a wrong name fails fast
-    if not out.parent.is_dir():
-        raise UserInputError(f"the directory {out.parent} does not exist", "create it or choose another -o")
-    check_not_model_file(out, model_file_of(run_dir))
-    check_output_file(out, (".png", ".svg"), force)
-    loaded = load_run(run_dir)
+    api.check_output_file(out, (".png", ".svg"), force, run_dir=run_dir)
+    loaded = api.load(run_dir)
     data = roofline_data(loaded.ops, loaded.meta)
     write_chart(draw_roofline(data, fmt), out)
     console.write_out(f"wrote {out}: {caption(data)}\n")

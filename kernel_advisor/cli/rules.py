@@ -15,12 +15,6 @@ rules_app = new_typer(help="List and check the recommendation rules (rules/*.yam
 app.add_typer(rules_app, name="rules")
 
 
-def _kernel_ids() -> set[str]:
-    from kernel_advisor.recommend.kernels import registry_kernels
-
-    return {k.id for k in registry_kernels()}
-
-
 @rules_app.command("list")
 @guarded
 def list_command(
@@ -28,16 +22,13 @@ def list_command(
         "--rules", help="Extra rule file or directory to include (repeatable).")] = None,
 ) -> None:
     """Every rule that `advisor recommend` would apply: id, tier, action, source file, title."""
-    from kernel_advisor.recommend.ruleset import load_rules
-    from kernel_advisor.recommend.schema import TIERS
+    from kernel_advisor import api
 
     table = Table(title="Rules")
     for col in ("id", "tier", "action", "source"):
         table.add_column(col, no_wrap=True)
     table.add_column("title", overflow="fold")
-    order = {tier: i for i, tier in enumerate(TIERS)}
-    loaded = load_rules(rules or (), kernel_ids=_kernel_ids())
-    for rule in sorted(loaded, key=lambda r: order[r.tier]):  # stable: file order within a tier
+    for rule in api.rules_by_tier(rules or ()):
         table.add_row(rule.id, rule.tier, rule.action, f"{Path(rule.source).name}:{rule.line}", rule.title)
     out.print(table)
 
@@ -48,9 +39,6 @@ def validate_command(
     path: Annotated[Path, typer.Argument(help="A rule file, or a directory of .yaml rule files.")],
 ) -> None:
     """Check a rule file as `--rules` would load it (ids must not clash with the built-in rules)."""
-    from kernel_advisor.recommend.ruleset import load_rules, rule_files
+    from kernel_advisor import api
 
-    files = {str(f) for f in rule_files(path)}
-    rules = load_rules([path], kernel_ids=_kernel_ids())
-    count = sum(1 for r in rules if r.source in files)
-    typer.echo(f"ok: {count} rules")
+    typer.echo(f"ok: {api.rules_in(path)} rules")

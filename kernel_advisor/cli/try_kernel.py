@@ -1,9 +1,6 @@
 """`advisor try-kernel MODEL.py [KERNEL_ID …]`: substitute, prove correct, measure the gain."""
 from __future__ import annotations
 
-import dataclasses
-import os
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -13,7 +10,7 @@ import typer
 from kernel_advisor.cli import console
 from kernel_advisor.cli.app import app, guarded
 from kernel_advisor.cli.options import AutocastOption, DType, Device, Mode, autocast_name
-from kernel_advisor.errors import CorrectnessError, UserInputError
+from kernel_advisor.errors import CorrectnessError
 
 
 class CompileMode(str, Enum):
@@ -47,27 +44,15 @@ def try_kernel_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")] = False,
 ) -> None:
     """Swap reference kernels (or yours) into the real model, gate them against eager and float64, and time them."""
-    _check_counts(draws, reps, warmup)
-    if (impl is None) != (op is None):
-        raise UserInputError("--impl and --op go together", "e.g. --impl my.py:softmax --op aten::_softmax")
-    from kernel_advisor.collect.loader import load_model, resolve_device
+    from kernel_advisor import api  # checks the counts and --impl/--op before anything heavy runs
 
-    dev = resolve_device(device.value)
-    if dev.type == "cpu":
-        _use_triton_interpreter()
-    # After TRITON_INTERPRET is set: Triton reads it when a kernel is decorated.
-    from kernel_advisor.trykernel.driver import run_try_kernel
-    from kernel_advisor.trykernel.candidates import TryOptions
-
-    loaded = load_model(model, entry=entry, device=dev.type, dtype=dtype.value, seed=seed,
-                        autocast=autocast_name(autocast))
-    options = TryOptions(mode=mode.value, draws=draws, reps=reps, warmup=warmup, compile=not no_compile,
-                         compile_mode=compile_mode.value, check_only=check_only, seed=seed)
-    args = {"kernel_ids": list(kernel_ids or []), "all": all_, "impl": impl, "op": op, "device": dev.type,
-            "dtype": dtype.value, "autocast": autocast_name(autocast), "entry": entry, **dataclasses.asdict(options)}
-    progress, report_cb = console.step_progress(enabled=not json_out)
+    progress, report = console.step_progress(enabled=not json_out)
     with progress:
-        result = run_try_kernel(loaded, list(kernel_ids or []), all_, impl, op, run, options, args, report_cb)
+        result = api.try_kernel_file(model, kernel_ids or (), together=all_, impl=impl, op=op, device=device.value,
+                                     mode=mode.value, dtype=dtype.value, autocast=autocast_name(autocast), entry=entry,
+                                     seed=seed, draws=draws, reps=reps, warmup=warmup, compile=not no_compile,
+                                     compile_mode=compile_mode.value, check_only=check_only, run=run,
+                                     progress=report, warn=console.warn)
     _print(result, json_out)
     failed = result.report.failed_candidates
     if failed:
@@ -75,25 +60,6 @@ def try_kernel_cmd(
         more = f" (and {len(failed) - 1} more, listed in the table)" if len(failed) > 1 else ""
         raise CorrectnessError(f"{first.name} FAILED the correctness gate: {first.reason}{more}",
                                "a failed kernel is never reported as faster; fix it and try again")
-
-
-def _use_triton_interpreter() -> None:
-    # Triton decides interpreter-or-GPU when a kernel is decorated: before any kernel is loaded.
-    os.environ["TRITON_INTERPRET"] = "1"
-    common = sys.modules.get("reference_kernels.triton._common")
-    if common is not None and not common.INTERPRETED:
-        console.warn("Triton kernels were imported before TRITON_INTERPRET=1 was set; on CPU they will "
-                     "fail — export TRITON_INTERPRET=1 before running advisor")
-
-
-def _check_counts(draws: int, reps: int, warmup: int) -> None:
-    if draws < 1:
-        raise UserInputError(f"--draws must be at least 1 (got {draws})", "use --draws 3, for example")
-    if reps < 3:
-        raise UserInputError(f"--reps must be at least 3 for a confidence interval (got {reps})",
-                             "use --reps 30, for example")
-    if warmup < 0:
-        raise UserInputError(f"--warmup cannot be negative (got {warmup})", "use --warmup 3, for example")
 
 
 def _print(result, json_out: bool) -> None:

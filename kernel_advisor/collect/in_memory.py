@@ -7,8 +7,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from kernel_advisor.collect.loader import (AUTOCAST_DTYPES, DTYPES, LoadedModel, _check_autocast,
-                                          check_no_meta_inputs, check_no_meta_model, resolve_device)
-from kernel_advisor.collect.tree import map_tensors, tensor_leaves
+                                          check_no_meta_inputs, check_no_meta_model)
+from kernel_advisor.collect.options import resolve_device
+from kernel_advisor.collect.user_code import map_tensors, tensor_leaves
 from kernel_advisor.errors import UserInputError
 
 Inputs = Sequence[Any] | Callable[[], Sequence[Any]]

@@ -23,7 +23,8 @@ from typing import Any, Callable
 
 import torch
 
-from kernel_advisor.collect.tree import map_tensors, tensor_leaves
+from kernel_advisor.collect.options import resolve_device
+from kernel_advisor.collect.user_code import map_tensors, tensor_leaves
 from kernel_advisor.collect.user_code import (UserCode, check_profiler_untouched, import_isolated, is_out_of_memory,
                                               profiler_surface)
 from kernel_advisor.errors import AdvisorError, EnvironmentCapabilityError, UserInputError, exception_text
@@ -50,18 +51,6 @@ class LoadedModel:
     make_optimizer: Callable[[Any], Any] | None = None  # the file's make_optimizer(model), for train steps
     user_code: UserCode | None = None  # entered around every call into the file's code (collect/user_code.py)
     mutated_inputs: list[str] = field(default_factory=list)  # inputs the first step changed in place
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise EnvironmentCapabilityError(
-            "--device cuda was asked for but no CUDA device is visible",
-            "run on a machine with a GPU, or use --device cpu")
-    if device not in ("cpu", "cuda"):
-        raise UserInputError(f"unknown device '{device}'", "use auto, cuda or cpu")
-    return torch.device(device)
 
 
 def load_model(path: str | Path, entry: str | None = None, device: str = "auto",

@@ -32,12 +32,12 @@ import torch
 from torch._C._profiler import _ExperimentalConfig
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from kernel_advisor.collect.counts import validate_counts
+from kernel_advisor.collect.options import validate_counts
 from kernel_advisor.collect.interrupts import deferred_sigint, hold_for_tests
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.loop_timing import in_distributed_run, max_over_ranks, steps_per_window, window_s
 from kernel_advisor.collect.noise import Load, LoadSampler, step_too_wide
-from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
+from kernel_advisor.collect.nvtx_ranges import mirror_user_nvtx
 from kernel_advisor.collect.nvtx_ranges import nvtx_range
 from kernel_advisor.collect.profiler_output import profiler_output_filtered, quietly
 from kernel_advisor.collect.runner import loop_step, make_step, nonfinite_outputs

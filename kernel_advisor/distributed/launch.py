@@ -23,15 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from kernel_advisor.hardware.calibrate import NCCL_SAFE_ENV
-from kernel_advisor.collect.rundir import RunWriter
+from kernel_advisor.collect.options import check_count, resolve_device
+from kernel_advisor.collect.rundir import RunWriter, default_run_dir
 from kernel_advisor.distributed.assemble import assemble_run, check_ranks_complete
 from kernel_advisor.distributed.nodes import write_node_record
 from kernel_advisor.distributed.rank_output import RANK_FILES
 from kernel_advisor.distributed.rendezvous import Rendezvous, check_rendezvous
 from kernel_advisor.distributed.worker import WorkerSettings, log_path
-from kernel_advisor.errors import (
-    AdvisorError, CorrectnessError, EnvironmentCapabilityError, ExitCode, UserInputError)
+from kernel_advisor.errors import AdvisorError, CorrectnessError, EnvironmentCapabilityError, ExitCode, UserInputError
+from kernel_advisor.analyze.calibrate import NCCL_SAFE_ENV
+from kernel_advisor.records.base import json_text
+from kernel_advisor.records.node import SCHEMA_VERSION as NODE_SCHEMA_VERSION
 
 Progress = Callable[[str, int, int], None]
 POLL_S = 0.2
@@ -55,28 +57,10 @@ class DistributedRequest:
     rendezvous: Rendezvous = Rendezvous()  # nnodes > 1: this agent is one node of the job
 
 
-def ranks_device(device: str, nproc: int) -> str:
-    """"cuda" or "cpu" for the ranks; a GPU run needs one GPU per rank."""
-    import torch
-
-    if device not in ("auto", "cuda", "cpu"):
-        raise UserInputError(f"unknown device '{device}'", "use auto, cuda or cpu")
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        visible = torch.cuda.device_count()
-        if visible < nproc:
-            raise EnvironmentCapabilityError(
-                f"--nproc-per-node {nproc} needs {nproc} GPUs, {visible} visible",
-                f"use --nproc-per-node {visible}" if visible > 1 else "run on a multi-GPU machine, or --device cpu")
-    return device
-
-
 def check_request(req: DistributedRequest) -> None:
     check_rendezvous(req.rendezvous)
-    if req.nproc_per_node < (1 if req.rendezvous.multi_node else 2):
-        raise UserInputError(f"--nproc-per-node must be at least 2 for a distributed run (got {req.nproc_per_node})",
-                             "drop the option to profile one process")
+    check_count("--nproc-per-node", req.nproc_per_node, 1 if req.rendezvous.multi_node else 2,
+                "drop the option to profile one process", why=" for a distributed run")
     path = Path(req.model)
     if not path.is_file() or path.suffix != ".py":
         raise UserInputError(f"model file {path} does not exist or is not a .py file", "check the path")
@@ -178,7 +162,7 @@ def profile_distributed(req: DistributedRequest, out_dir: Path,
                         progress: Progress | None = None) -> tuple[Path, dict]:
     """Profile every rank and write the merged run to `out_dir`; returns (run dir, run.json)."""
     check_request(req)
-    device = ranks_device(req.device, req.nproc_per_node)
+    device = resolve_device(req.device, gpus=req.nproc_per_node).type
     report = progress or (lambda phase, done, total: None)
     log_dir = Path(tempfile.mkdtemp(prefix="advisor-ranks-"))
     keep_logs = False
@@ -202,3 +186,23 @@ def profile_distributed(req: DistributedRequest, out_dir: Path,
     finally:
         if not keep_logs:
             shutil.rmtree(log_dir, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class NodeDir:
+    """One node's directory of a multi-node job, for `advisor merge` (api.merge_nodes)."""
+
+    path: Path
+    node: dict  # records/node.py NodeRecord: node_rank, nnodes, ranks, world_size, hostname
+
+    def to_json(self) -> str:
+        return json_text({"node_dir": str(self.path), "node": self.node}, NODE_SCHEMA_VERSION)
+
+
+def profile_ranks(req: DistributedRequest, out_dir: Path | None, progress: Progress | None = None) -> Path | NodeDir:
+    """`advisor profile --nproc-per-node N`: the run's directory; with `--nnodes N`, this node's NodeDir
+    (default names: MODEL-TIME, MODEL-nodeR-TIME)."""
+    r = req.rendezvous
+    name = f"{req.model.stem}-node{r.node_rank if r.node_rank is not None else 'x'}" if r.multi_node else req.model.stem
+    path, meta = profile_distributed(req, out_dir or default_run_dir(name), progress)
+    return NodeDir(path, meta) if r.multi_node else path

@@ -18,7 +18,8 @@ from typing import Any, Mapping, Sequence
 
 from kernel_advisor.actions.data_parallel import WRAPPER
 from kernel_advisor.collect.loop_timing import Estimate
-from kernel_advisor.distributed.launch import child_env, rank_failure, ranks_device, run_ranks, torchrun_command
+from kernel_advisor.collect.options import resolve_device
+from kernel_advisor.distributed.launch import child_env, rank_failure, run_ranks, torchrun_command
 from kernel_advisor.distributed.measure_worker import MeasureSettings
 from kernel_advisor.errors import AdvisorError, UserInputError
 from kernel_advisor.experiment.trial import Outcome
@@ -45,7 +46,7 @@ def settings_for(meta: Mapping[str, Any], run_dir: Path, actions: Sequence[str],
                              "run from the machine and directory you profiled on")
     return MeasureSettings(
         model=str(path.resolve()), entry=model.get("entry"),
-        device=ranks_device(args.get("device") or "auto", int(args["nproc_per_node"])),
+        device=resolve_device(args.get("device") or "auto", gpus=int(args["nproc_per_node"])).type,
         dtype=args.get("dtype") or "keep", seed=int(args.get("seed") or 0), fsdp=bool(args.get("fsdp")),
         wrapper=run_wrapper(meta), actions=tuple(actions), draws=DRAWS, warmup=WARMUP, windows=WINDOWS,
         budget_s=budget_s, out=str(Path(run_dir) / FILE), log_dir=str(log_dir))

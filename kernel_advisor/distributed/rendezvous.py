@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
+from kernel_advisor.collect.options import check_count
 from kernel_advisor.errors import UserInputError
 
 BACKENDS = ("static", "c10d")
@@ -48,8 +49,7 @@ def check_rendezvous(r: Rendezvous) -> None:
     """One UserInputError (exit 1) for the first option that does not fit the others."""
     given = [name for name, value in (("--node-rank", r.node_rank), ("--rdzv-endpoint", r.endpoint),
                                       ("--rdzv-id", r.rdzv_id), ("--rdzv-backend", r.backend)) if value is not None]
-    if r.nnodes < 1:
-        raise UserInputError(f"--nnodes must be at least 1 (got {r.nnodes})", "use --nnodes 2 or more for a multi-node job")
+    check_count("--nnodes", r.nnodes, 1, "use --nnodes 2 or more for a multi-node job")
     if not r.multi_node:
         if given:
             raise UserInputError(f"{given[0]} needs --nnodes 2 or more",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from kernel_advisor.records.base import check_record, read_json, strict
 
@@ -21,7 +21,7 @@ RERUN = "`advisor recommend`"
 
 @dataclass(frozen=True)
 class MeasuredOutcome:
-    """What `--measure` found for one recommendation's action (measure/document.py writes it)."""
+    """What `--measure` found for one recommendation's action (recommend/measured.py writes it)."""
 
     status: str  # passed | failed-gate | not-applied | not-measurable | error
     reason: str
@@ -113,3 +113,50 @@ class RecommendationsRecord:
         """The run's record, or None when `advisor recommend` has not written one."""
         path = Path(run_dir) / FILE
         return cls.from_json(read_json(path, RERUN), path) if path.is_file() else None
+
+
+FRAME_COLUMNS = ("rank", "rule_id", "tier", "title", "where", "subjects", "estimated_gain_per_step_s",
+                 "estimated_gain_frac", "within_noise", "actions", "measured_verdict", "measured_gain_frac")
+
+
+class Recommendations(list):
+    """The record's entries, one per rule and subject, as `run.recommend()` returns them (a list).
+
+    Several entries share a rank when one rule fired on several subjects, as `advisor recommend`
+    shows them on one line; `to_frame()` is that table: one row per finding, in rank order."""
+
+    def __init__(self, entries: Sequence[RecommendationEntry] = (), findings: Sequence[Mapping] = ()):
+        super().__init__(entries)
+        self.findings = tuple(findings)  # recommendations.json "findings": gain per rule, union over rows
+
+    def to_frame(self):
+        import pandas as pd
+
+        by_rule: dict[str, list[RecommendationEntry]] = {}
+        for e in self:
+            by_rule.setdefault(e.rule_id, []).append(e)
+        found = {f.get("rule_id"): f for f in self.findings if isinstance(f, Mapping)}
+        rows = [_finding_row(entries, found.get(rule, {})) for rule, entries in by_rule.items()]
+        frame = pd.DataFrame(rows, columns=list(FRAME_COLUMNS))
+        return frame.sort_values(["rank", "rule_id"], kind="stable").reset_index(drop=True)
+
+
+def _finding_row(entries: list[RecommendationEntry], finding: Mapping) -> dict:
+    """One line of `advisor recommend`'s table: the rule's first subject, "+N more", the union gain."""
+    head = entries[0]
+    more = f" (+{len(entries) - 1} more)" if len(entries) > 1 else ""
+    measured = head.measured
+    return {"rank": head.rank, "rule_id": head.rule_id, "tier": head.tier, "title": head.title,
+            "where": f"{head.label or head.subject}{more}", "subjects": len(entries),
+            "estimated_gain_per_step_s": finding.get("estimated_gain_per_step_s", head.estimated_gain_per_step_s),
+            "estimated_gain_frac": finding.get("estimated_gain_frac", head.estimated_gain_frac),
+            "within_noise": bool(finding.get("within_noise", False)),
+            "actions": ", ".join(dict.fromkeys(e.action for e in entries)),
+            "measured_verdict": measured.verdict if measured is not None else None,
+            "measured_gain_frac": measured.gain_frac if measured is not None else None}
+
+
+def load_recommendations(run_dir: Path) -> tuple[RecommendationEntry, ...] | None:
+    """The run's recommendations, or None when `advisor recommend` has not written any."""
+    record = RecommendationsRecord.read(run_dir)
+    return None if record is None else record.recommendations

@@ -10,15 +10,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_advisor import __version__
-from kernel_advisor.analyze.run_extras import load_recommendations, load_try_kernel
-from kernel_advisor.collect.rundir import LoadedRun, write_text_atomic
+from kernel_advisor.collect.options import check_count
+from kernel_advisor.collect.rundir import LoadedRun, check_output_file, write_text_atomic
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
+from kernel_advisor.records.recommendations import load_recommendations
+from kernel_advisor.records.run import RunMeta
+from kernel_advisor.records.try_kernel import load_try_kernel
 from kernel_advisor.render.report_extras import recommendations_section, try_kernel_section
-from kernel_advisor.render.report_sections import (ceilings_section, hotspot_section, ordered_ops,
-                                                   regions_section, summary_section)
+from kernel_advisor.render.report_sections import (ceilings_section, hotspot_section, ordered_ops, regions_section,
+                                                   summary_section)
 from kernel_advisor.render.report_template import Html, h, join, page
 from kernel_advisor.render.roofline_chart import caption, draw_roofline, roofline_data, svg_for_html
-from kernel_advisor.records.run import RunMeta
 
 SECTIONS = (("summary", "Summary"), ("ceilings", "Device and ceilings"), ("roofline", "Roofline"),
             ("hotspots", "Hotspots"), ("regions", "Regions"), ("recommendations", "Recommendations"),
@@ -70,8 +72,7 @@ def _report_data(run: LoadedRun, top: int) -> dict:
 
 def render_report(run: LoadedRun, top: int = DEFAULT_TOP) -> tuple[str, ReportResult]:
     """(the HTML document, what went into it); `path` in the result is the run directory."""
-    if top < 1:
-        raise UserInputError(f"--top must be at least 1, got {top}", "pass --top 1 or more")
+    check_count("--top", top, 1, "pass --top 1 or more")
     recs, tries = load_recommendations(run.path), load_try_kernel(run.path)
     chart = roofline_section(run)
     meta = RunMeta.of(run.meta)
@@ -97,10 +98,7 @@ def render_report(run: LoadedRun, top: int = DEFAULT_TOP) -> tuple[str, ReportRe
 def write_report(run: LoadedRun, out: Path, top: int = DEFAULT_TOP) -> ReportResult:
     """Render and write atomically (a browser never sees half a report)."""
     out = Path(out)
-    if out.is_dir():
-        raise UserInputError(f"{out} is a directory", "pass a file name, e.g. -o report.html")
-    if not out.parent.is_dir():
-        raise UserInputError(f"the directory {out.parent} does not exist", "create it or choose another -o")
+    check_output_file(out, (".html", ".htm"), force=True)  # a directory, a run's record or a device is refused
     document, result = render_report(run, top)
     write_text_atomic(out, document)
     return ReportResult(out, result.chart_points, result.chart_problem, result.recommendations,
