@@ -34,7 +34,7 @@ RUNS = (  # (name, model file, extra CLI options, steps, fixture prefix or None)
 
 
 def allreduce_sweep(n_gpus: int) -> list[dict]:
-    from kernel_advisor.hardware.calibrate import measure_allreduce
+    from kernel_advisor.analyze.calibrate import measure_allreduce
 
     out = []
     for size in (1 * MIB, 16 * MIB, 256 * MIB):

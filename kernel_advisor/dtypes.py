@@ -103,3 +103,12 @@ def dtype_from_code(code: int) -> str | None:
 def is_floating(name: object) -> bool:
     dtype = torch_dtype(name) if isinstance(name, str) else None
     return dtype is not None and dtype.is_floating_point
+
+
+# torch.profiler's "Input type" names → what ops.csv holds: torch dtype names (the one dtype
+# table, kernel_advisor/dtypes.py), "scalar" for a Scalar argument, "" for none.
+PROFILER_TYPES = {**PROFILER_NAMES, "Scalar": "scalar", "": ""}
+
+
+def profiler_dtype_name(profiler_type: str) -> str:
+    return PROFILER_TYPES.get(profiler_type, profiler_type)

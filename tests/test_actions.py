@@ -14,7 +14,7 @@ from kernel_advisor.actions import NotApplicable, NotMeasurable, get_action
 from kernel_advisor.actions.flags import backend_flags, current
 from kernel_advisor.actions.module_rewrites import padded_size
 from kernel_advisor.collect.loader import LoadedModel
-from kernel_advisor.collect.tree import map_tensors
+from kernel_advisor.collect.user_code import map_tensors
 
 
 def loaded_of(model: nn.Module, make_inputs) -> LoadedModel:

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from kernel_advisor.collect.attribute import attribute, op_label
-from kernel_advisor.collect.nesting import innermost_marked
+from kernel_advisor.collect.attribute import attribute
+from kernel_advisor.collect.nesting import innermost_marked, op_label
 from kernel_advisor.collect.trace import read_trace
 
 DATA = Path(__file__).parent / "data"

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from kernel_advisor.analyze.ceilings import (calibration_provenance, cache_file, default_cache_dir, read_measured,
                                              resolve_ceilings)
-from kernel_advisor.hardware import calibrate as K
+from kernel_advisor.analyze import calibrate as K
 
 MIB = 2**20
 TINY = K.CalibrationSizes(copy_bytes=1 * MIB, matmul_n=32, fp32_matmul_n=64, fp64_matmul_n=32,

@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kernel_advisor.analyze.compare import compare_runs, context_changes, op_key
-from kernel_advisor.analyze.run_extras import load_recommendations
+from kernel_advisor.records.recommendations import load_recommendations
 from kernel_advisor.collect.rundir import load_run
 from kernel_advisor.render.compare_render import compare_json, compare_renderables, headline
 from run_factory import BF16_ACT, OpSpec, gpt_like_ops, recommendations_doc, write_run

@@ -5,7 +5,7 @@ import pytest
 
 from kernel_advisor.analyze.ceilings import MeasuredCeilings
 from kernel_advisor.distributed.links import NO_CEILING, bus_ceiling, per_direction_bytes_per_s
-from kernel_advisor.hardware import calibrate as K
+from kernel_advisor.analyze import calibrate as K
 
 H200 = "NVIDIA H200"
 

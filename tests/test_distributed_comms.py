@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kernel_advisor.collect.attribute import step_windows
+from kernel_advisor.collect.nesting import step_windows
 from kernel_advisor.collect.trace import is_comm_op, read_trace
 from kernel_advisor.distributed.comms import (comm_calls, comm_overlap, compute_intervals_us, in_windows,
                                               is_comm_kernel, windows_array)

@@ -10,7 +10,7 @@ import kernel_advisor.cli
 from kernel_advisor.analyze.ceilings import match_device
 from kernel_advisor.collect.rundir import read_table
 from kernel_advisor.distributed.links import per_direction_bytes_per_s
-from kernel_advisor.hardware.calibrate import measure_allreduce
+from kernel_advisor.analyze.calibrate import measure_allreduce
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")]
 DATA = Path(__file__).parent / "data"

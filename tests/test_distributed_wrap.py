@@ -6,7 +6,7 @@ import torch.distributed as dist
 from torch import nn
 
 from kernel_advisor.collect.loader import load_model
-from kernel_advisor.distributed.wrap import repeated_blocks, wrap_model
+from kernel_advisor.distributed.worker import repeated_blocks, wrap_model
 from kernel_advisor.errors import UserInputError
 
 DATA = Path(__file__).parent / "data"

@@ -11,8 +11,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from kernel_advisor import dtypes
 from kernel_advisor.analyze.costs import dtypes as cost_dtypes
-from kernel_advisor.collect.attribute import PROFILER_TYPES, profiler_dtype_name
 from kernel_advisor.distributed import comms
+from kernel_advisor.dtypes import PROFILER_TYPES, profiler_dtype_name
 from kernel_advisor.recommend.shapes import tensor_args
 
 # The dtypes the table names (profiler names, ScalarType names and enum codes all lead to these).

@@ -52,7 +52,7 @@ def test_a_region_name_with_a_quote_is_no_damaged_trace(region_run):
 
 
 def test_the_kineto_name_repair_keeps_valid_json_alone():
-    from kernel_advisor.collect.trace.batch import _events
+    from kernel_advisor.collect.trace.pool import _events
 
     valid = b'{"ph": "X", "name": "a\\"b", "pid": 1}'
     assert _events(valid)[0]["name"] == 'a"b'

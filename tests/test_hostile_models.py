@@ -188,7 +188,7 @@ def test_deep_or_cyclic_containers_are_one_line(home, tmp_path, inputs, forward,
 
 
 def test_a_shared_subcontainer_is_no_cycle():
-    from kernel_advisor.collect.tree import map_tensors, tensor_leaves
+    from kernel_advisor.collect.user_code import map_tensors, tensor_leaves
 
     t = torch.ones(1)
     shared = [t]

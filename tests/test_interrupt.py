@@ -185,7 +185,7 @@ def test_try_kernel_json_crash_mid_write(home, monkeypatch):
 
 
 def test_calibration_cache_crash_mid_write(home, tmp_path, monkeypatch):
-    from kernel_advisor.hardware import calibrate as K
+    from kernel_advisor.analyze import calibrate as K
 
     monkeypatch.setattr(K, "CPU_SIZES", K.CalibrationSizes(copy_bytes=2**20, matmul_n=32, fp32_matmul_n=64,
                                                            fp64_matmul_n=32, warmup=1, reps=3, flush_bytes=2**20))

@@ -5,7 +5,7 @@ import torch
 
 from kernel_advisor.collect.attribute import attribute
 from kernel_advisor.collect.loader import load_model
-from kernel_advisor.collect.nvtx_mirror import mirror_user_nvtx
+from kernel_advisor.collect.nvtx_ranges import mirror_user_nvtx
 from kernel_advisor.collect.profiler import capture
 from kernel_advisor.collect.trace import read_trace
 

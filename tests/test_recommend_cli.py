@@ -8,7 +8,7 @@ import pytest
 from test_recommend_support import USER_RULE, fp32_run, write_run_dir
 from typer.testing import CliRunner
 
-from kernel_advisor.analyze.run_extras import load_recommendations
+from kernel_advisor.records.recommendations import load_recommendations
 from kernel_advisor.cli import app
 
 runner = CliRunner()

@@ -1,5 +1,5 @@
 """try_kernel.json's record (records/try_kernel.py): trykernel/results.py writes through it,
-analyze/run_extras.py reads through it, and the reader refuses what it cannot trust."""
+load_try_kernel reads through it, and the reader refuses what it cannot trust."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import math
 import pytest
 from run_factory import try_kernel_doc
 
-from kernel_advisor.analyze.run_extras import load_try_kernel
+from kernel_advisor.records.try_kernel import load_try_kernel
 from kernel_advisor.errors import UserInputError
 from kernel_advisor.records.base import RecordError
 from kernel_advisor.records.try_kernel import FILE, SCHEMA_VERSION, VARIANT_KEYS, TryKernelRecord

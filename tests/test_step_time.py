@@ -8,7 +8,7 @@ from kernel_advisor.collect.step_time import (
     DRIFT_RATIO_LIMIT, Ratio, SteadyState, StepTime, drift_ratio, intervals_overlap, is_drifting,
     median_interval_coverage, median_interval_s, overhead_of, overhead_ratio, steady_state_of,
     steady_state_warning, step_time_estimate, step_time_of, time_until_steady, trace_span_step_time)
-from kernel_advisor.render.step_render import overhead_text, step_text
+from kernel_advisor.render.profile_render import overhead_text, step_text
 
 
 def test_coverage_is_the_binomial_sum():

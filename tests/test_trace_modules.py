@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kernel_advisor.collect.trace import (COLLECTIVE_COLUMNS, TABLE_COLUMNS, batch, fast_paths, pool, read,
+from kernel_advisor.collect.trace import (COLLECTIVE_COLUMNS, TABLE_COLUMNS, fast_paths, pool, read,
                                           read_trace, split, tables)
 from kernel_advisor.collect.trace.tables import TableBuilder
 
@@ -76,8 +76,8 @@ def test_fast_path_and_json_path_give_equal_tables(name):
     block = _events_block(_raw(name))
     rows = fast_paths.fast_rows(block)
     assert rows is not None
-    fast = _tables([batch.rows_batch(rows)])
-    slow = _tables([batch.rows_batch(tables.rows_from_events(json.loads(b"[" + block + b"]")))])
+    fast = _tables([pool.rows_batch(rows)])
+    slow = _tables([pool.rows_batch(tables.rows_from_events(json.loads(b"[" + block + b"]")))])
     for table in fast:
         pd.testing.assert_frame_equal(fast[table], slow[table], obj=table)
     assert len(fast["cpu_ops"]) and (len(fast["collectives"]) or name == "cuda_gpt_compiled")
@@ -87,7 +87,7 @@ def test_a_block_the_regexes_cannot_read_goes_through_json():
     block = _events_block(_raw("ddp_rank0")).replace(b'"Collective name": "allreduce"',
                                                     b'"Collective name": "all\\u0072educe"')
     assert fast_paths.fast_rows(block) is None  # escapes: json decodes them
-    done = _tables([batch.item_batch(("block", 0, block))])
+    done = _tables([pool.item_batch(("block", 0, block))])
     assert set(done["collectives"]["collective"]) == {"allreduce"}
 
 

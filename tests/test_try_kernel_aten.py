@@ -5,7 +5,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kernel_advisor.errors import UserInputError
-from kernel_advisor.trykernel.calls import CallLog
+from kernel_advisor.trykernel.capture import CallLog
 from kernel_advisor.trykernel.candidates import default_tolerance, signature_problem
 from kernel_advisor.trykernel.substitute_aten import (bind_schema, dispatch_cost_s, override_aten,
                                                       reference_adapter, resolve_op, user_adapter)

@@ -16,7 +16,7 @@ from kernel_advisor.trykernel.driver import try_candidates
 from kernel_advisor.trykernel.measure import INTERPRETED, VS_COMPILE
 from kernel_advisor.trykernel.patterns import find_patterns
 from kernel_advisor.trykernel.results import RunEvidence
-from kernel_advisor.trykernel.selection import build_sets, load_candidates
+from kernel_advisor.trykernel.results import build_sets, load_candidates
 from kernel_advisor.trykernel.substitute_aten import reference_adapter
 from reference_kernels.registry import all_kernels, get_kernel
 

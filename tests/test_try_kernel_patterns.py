@@ -7,7 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kernel_advisor.collect.loader import load_model
-from kernel_advisor.trykernel.calls import CallLog
+from kernel_advisor.trykernel.capture import CallLog
 from kernel_advisor.trykernel.candidates import default_tolerance
 from kernel_advisor.trykernel.patterns import find_patterns
 from kernel_advisor.trykernel.substitute_module import ModuleSwap, swap_modules

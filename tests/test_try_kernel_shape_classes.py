@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import kernel_advisor.cli
 from kernel_advisor.render.try_render import note_lines
-from kernel_advisor.trykernel.calls import CallLog
+from kernel_advisor.trykernel.capture import CallLog
 from kernel_advisor.trykernel.candidates import default_tolerance
 from kernel_advisor.trykernel.measure import _eager_routes
 from kernel_advisor.trykernel.results import TryReport, VariantResult, report_json

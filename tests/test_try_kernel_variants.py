@@ -172,7 +172,7 @@ def test_the_model_gives_baseline_results_after_the_run(tiny):
 
 
 def test_all_together_runs_every_member_and_leaves_out_clashes(tiny):
-    from kernel_advisor.trykernel.selection import build_sets
+    from kernel_advisor.trykernel.results import build_sets
 
     loaded = load_model(tiny, device="cpu")
     ln = aten_candidate("ln", doubled_grad_layer_norm, "aten::layer_norm", has_backward=True)

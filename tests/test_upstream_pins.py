@@ -15,7 +15,7 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from kernel_advisor.collect.trace import TABLE_COLUMNS, TABLE_OF_CATEGORY, batch, columns, fast_paths, read_trace, split
+from kernel_advisor.collect.trace import TABLE_COLUMNS, TABLE_OF_CATEGORY, columns, fast_paths, pool, read_trace, split
 
 # ---------------------------------------------------------------- kineto's text layout
 
@@ -49,7 +49,7 @@ def _same_tables(a, b) -> None:
 
 def _json_only(monkeypatch) -> None:
     """The public path for every block: the stdlib JSON parser."""
-    monkeypatch.setattr(batch, "fast_rows", lambda block: None)
+    monkeypatch.setattr(pool, "fast_rows", lambda block: None)
 
 
 def _assert_fast_path_reads(path, patterns: dict) -> None:

@@ -324,7 +324,7 @@ def _local_device(device: str) -> str:
     import torch
     if device == "cuda" and torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
-    from kernel_advisor.collect.environment import cpu_name
+    from kernel_advisor.collect.run_meta import cpu_name
     return cpu_name()
 
 

@@ -14,10 +14,10 @@ import torch.nn.functional as F
 
 from kernel_advisor.actions.base import Action, NotApplicable, NotMeasurable, Variant, instance_forwards
 from kernel_advisor.collect.loader import LoadedModel
-from kernel_advisor.collect.tree import map_tensors
+from kernel_advisor.collect.user_code import map_tensors
 from kernel_advisor.trykernel.candidates import Candidate, CandidateSet, from_spec, installed, new_logs
 from kernel_advisor.trykernel.patterns import RMSNormMatch, find_patterns
-from kernel_advisor.trykernel.selection import kernel_routing
+from kernel_advisor.trykernel.results import kernel_routing
 
 _RMSNORM_CLASS = getattr(torch.nn, "RMSNorm", None)
 

@@ -20,7 +20,7 @@ from kernel_advisor.actions.attention_graph import Site, combine_masks, find_sit
 from kernel_advisor.actions.base import Action, NotApplicable, Variant, instance_forwards
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.runner import make_step
-from kernel_advisor.collect.tree import tensor_leaves
+from kernel_advisor.collect.user_code import tensor_leaves
 
 MAX_DEPTH = 6  # modules deeper than this are not tried on their own
 

@@ -15,9 +15,9 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from kernel_advisor.records.recommendations import RecommendationEntry as Recommendation
 from kernel_advisor.collect.rundir import LoadedRun
 from kernel_advisor.collect.step_time import StepTime, intervals_overlap, step_time_of
+from kernel_advisor.records.recommendations import RecommendationEntry as Recommendation
 from kernel_advisor.records.run import RunMeta
 
 HOTSPOT_SHARE_PCT = 1.0  # "a hotspot": at least this share of the run's device time

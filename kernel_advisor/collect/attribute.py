@@ -34,16 +34,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from kernel_advisor.collect.nesting import innermost_marked, innermost_region, nest_ops, self_time_us
+from kernel_advisor.collect.nesting import (AUTOGRAD_COLUMNS, assign_steps, autograd_columns, innermost_region,
+                                            is_step_name, last_steps, marked_windows, nest_ops, self_time_us)
 from kernel_advisor.collect.trace import TraceData
-from kernel_advisor.dtypes import PROFILER_NAMES
-from kernel_advisor.errors import UserInputError
+from kernel_advisor.dtypes import profiler_dtype_name
 
-# torch.profiler's "Input type" names → what ops.csv holds: torch dtype names (the one dtype
-# table, kernel_advisor/dtypes.py), "scalar" for a Scalar argument, "" for none.
-PROFILER_TYPES = {**PROFILER_NAMES, "Scalar": "scalar", "": ""}
-_STEP_RES = (re.compile(r"^advisor::step#(\d+)$"), re.compile(r"^ProfilerStep#(\d+)$"))
-STEP_MARKERS = ("advisor::step#N", "ProfilerStep#N")  # what each of _STEP_RES is called in messages
 # Namespaced ops a user recognises; autograd engine wrappers and profiler markers are not.
 _RECOGNISED = re.compile(r"^[A-Za-z_][\w.]*::\w")
 _NOT_RECOGNISED = ("autograd::", "torch::autograd::", "profiler::", "ProfilerStep")
@@ -53,13 +48,6 @@ GPU_KIND = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 # is missing the op owns nothing and its children get their own rows. aten::einsum's
 # equation (argument 0) decides its bmm shapes; FlopCounterMode counts those bmm calls too.
 PRICED_BY_CHILDREN = {"aten::einsum": 0}
-# The autograd engine runs each backward node inside a scope named NODE_SCOPE + node; the
-# node's own formula runs inside a child event named after the node. What runs in the scope
-# but outside that child is the engine's (InputBuffer accumulation, validate_outputs' sum_to),
-# and so is everything an ENGINE_NODES node does (AccumulateGrad adds into .grad).
-NODE_SCOPE = "autograd::engine::evaluate_function: "
-ENGINE_NODES = frozenset({"torch::autograd::AccumulateGrad"})
-AUTOGRAD_COLUMNS = ("backward_of", "autograd_node", "autograd_internal")
 # (name, input shapes, input dtypes, concrete inputs) -> the concrete arguments the cost
 # depends on: analyze.costs.cost_arguments.
 CostArguments = Callable[[str, list, list, list], Sequence]
@@ -79,74 +67,8 @@ class Attribution:
     step_markers: str = ""  # "advisor::step#N", "ProfilerStep#N", or "" (none: one whole-trace window)
 
 
-def op_label(name: str, backward_of: object = "", autograd_node: object = "",
-             autograd_internal: object = False) -> str:
-    """An op's name for people: "aten::sum (backward of aten::gru)" for backward work,
-    "aten::add_ (autograd engine in AddmmBackward0, backward of aten::gru)" for the engine's
-    own, the plain name for forward ops. Takes the columns as read back from CSV (NaN = "")."""
-    fwd, node = text_value(backward_of), text_value(autograd_node)
-    if not node and not fwd:
-        return name
-    if flag_value(autograd_internal):
-        if node in ENGINE_NODES:
-            return f"{name} (gradient accumulation: {node.rsplit('::', 1)[-1]})"
-        where = "" if name == node or name.startswith(NODE_SCOPE) else f" in {node}"  # the scope itself
-        return f"{name} (autograd engine{where}" + (f", backward of {fwd})" if fwd else ")")
-    return f"{name} (backward of {fwd})" if fwd else f"{name} (backward: {node})"
-
-
-def text_value(value: object) -> str:
-    """A text cell as read back from CSV: "" for missing (NaN)."""
-    return "" if value is None or (isinstance(value, float) and value != value) else str(value)
-
-
-def flag_value(value: object) -> bool:
-    """A bool cell as read back from CSV (bool, "True"/"False", NaN = not set)."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1")
-    return bool(value) and bool(value == value)  # NaN: not set
-
-
 def is_recognised(name: str) -> bool:
     return bool(_RECOGNISED.match(name)) and not name.startswith(_NOT_RECOGNISED)
-
-
-def profiler_dtype_name(profiler_type: str) -> str:
-    return PROFILER_TYPES.get(profiler_type, profiler_type)
-
-
-def step_windows(trace: TraceData) -> pd.DataFrame:
-    """Profiled steps as [ts, end) windows: our own step ranges, else ProfilerStep#N, else all."""
-    return _marked_windows(trace)[0]
-
-
-def _marked_windows(trace: TraceData) -> tuple[pd.DataFrame, str]:
-    """(step windows, the marker they come from; "" for the one whole-trace window)."""
-    ann = trace.annotations
-    for pattern, marker in zip(_STEP_RES, STEP_MARKERS):
-        hits = ann[ann["name"].str.match(pattern)] if len(ann) else ann
-        if len(hits):
-            out = pd.DataFrame({"ts_us": hits["ts_us"].to_numpy(float),
-                                "end_us": (hits["ts_us"] + hits["dur_us"]).to_numpy(float)})
-            return out.sort_values("ts_us").reset_index(drop=True), marker
-    return _whole_trace_window(trace), ""
-
-
-def _whole_trace_window(trace: TraceData) -> pd.DataFrame:
-    events = [df for df in (trace.cpu_ops, trace.gpu) if len(df)]
-    if not events:
-        return pd.DataFrame({"ts_us": [], "end_us": []})
-    lo = min(float(df["ts_us"].min()) for df in events)
-    hi = max(float((df["ts_us"] + df["dur_us"]).max()) for df in events)
-    return pd.DataFrame({"ts_us": [lo], "end_us": [hi]})
-
-
-def assign_steps(ts_us: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
-    """Index of the step window containing each timestamp, -1 outside every step."""
-    starts, ends = steps["ts_us"].to_numpy(float), steps["end_us"].to_numpy(float)
-    idx = np.searchsorted(starts, ts_us, side="right") - 1
-    ok = (idx >= 0) & (ts_us < ends[np.clip(idx, 0, None)] if len(ends) else False)
-    return np.where(ok, idx, -1)
 
 
 def attribute(trace: TraceData, device_type: str,
@@ -161,9 +83,9 @@ def attribute(trace: TraceData, device_type: str,
     implements only through other aten ops (CompositeImplicitAutograd: it launches nothing of
     its own) leaves its time to its children, which get rows of their own.
     """
-    steps, marker = _marked_windows(trace)
+    steps, marker = marked_windows(trace)
     if steps_hint is not None:
-        steps = _last_steps(steps, marker, steps_hint)
+        steps = last_steps(steps, marker, steps_hint)
     cpu = trace.cpu_ops.reset_index(drop=True)
     cpu = cpu.assign(step=assign_steps(cpu["ts_us"].to_numpy(float), steps))
     cpu = cpu[cpu["step"] >= 0].reset_index(drop=True)
@@ -172,7 +94,7 @@ def attribute(trace: TraceData, device_type: str,
         recognised &= ~_per_unique(cpu["name"], lambda n: not priced(n) and composite_implicit(n)).to_numpy(bool)
     parent, owner = nest_ops(cpu, recognised)
     cpu = _index_sizes_from_views(cpu, parent)
-    cpu = cpu.assign(owner=owner, region=innermost_region(cpu, trace.annotations, _is_step_name),
+    cpu = cpu.assign(owner=owner, region=innermost_region(cpu, trace.annotations, is_step_name),
                      **autograd_columns(cpu, parent, owner))
     if device_type == "cpu":
         occ, work = _cpu_work(cpu, parent)
@@ -180,15 +102,6 @@ def attribute(trace: TraceData, device_type: str,
         occ, work = _gpu_work(cpu, trace, steps)
     n_steps = len(steps) if marker else (steps_hint or 1)
     return _summarise(occ, work, steps, device_type, cost_arguments, n_steps, marker)
-
-
-def _last_steps(windows: pd.DataFrame, marker: str, wanted: int) -> pd.DataFrame:
-    if wanted < 1:
-        raise UserInputError(f"--steps must be at least 1 (got {wanted})", "pass the steps the trace holds")
-    if marker and wanted > len(windows):
-        raise UserInputError(f"--steps {wanted}, but the trace marks only {len(windows)} step(s) ({marker})",
-                             f"pass --steps {len(windows)} or fewer, or leave --steps out")
-    return windows.tail(wanted).reset_index(drop=True) if marker else windows
 
 
 def _priced_by_children(cpu: pd.DataFrame) -> np.ndarray:
@@ -244,66 +157,6 @@ def _index_sizes_from_views(cpu: pd.DataFrame, parent: np.ndarray) -> pd.DataFra
 def _recorded(concrete: list, pos: int) -> bool:
     value = concrete[pos] if pos < len(concrete) else None
     return isinstance(value, str) and value.strip() not in ("", "None")
-
-
-def autograd_columns(cpu: pd.DataFrame, parent: np.ndarray, owner: np.ndarray) -> dict[str, np.ndarray]:
-    """Per CPU op: the backward node it ran under, the forward op that node serves, and
-    whether it is the engine's own work (see NODE_SCOPE). Forward ops get "", "", False."""
-    n = len(cpu)
-    node = np.full(n, "", dtype=object)
-    backward_of = np.full(n, "", dtype=object)
-    internal = np.zeros(n, dtype=bool)
-    names = cpu["name"].to_numpy(dtype=object)
-    is_scope = cpu["name"].astype(str).str.startswith(NODE_SCOPE).to_numpy(bool) if n else internal.copy()
-    if not is_scope.any():
-        return {"backward_of": backward_of, "autograd_node": node, "autograd_internal": internal}
-    scope_node = np.full(n, "", dtype=object)
-    scope_node[is_scope] = [str(x)[len(NODE_SCOPE):] for x in names[is_scope]]
-    # The node's own event: a direct child of its scope, named after the node.
-    is_apply = np.zeros(n, dtype=bool)
-    child = np.flatnonzero(parent >= 0)
-    is_apply[child] = is_scope[parent[child]] & (names[child] == scope_node[parent[child]])
-    scope = innermost_marked(parent, is_scope)
-    apply = innermost_marked(parent, is_apply)
-    inside = scope >= 0
-    node[inside] = scope_node[scope[inside]]
-    in_apply = inside & (apply >= 0) & (parent[np.clip(apply, 0, None)] == scope)
-    internal = inside & (~in_apply | np.isin(node, list(ENGINE_NODES)))
-    served = _forward_served(cpu, is_scope, is_apply, owner)
-    backward_of[inside] = served[scope[inside]]
-    return {"backward_of": backward_of, "autograd_node": node, "autograd_internal": internal}
-
-
-def _forward_served(cpu: pd.DataFrame, is_scope: np.ndarray, is_apply: np.ndarray,
-                    owner: np.ndarray) -> np.ndarray:
-    """Per node scope, the name of the forward occurrence (owner of the op) that created it.
-
-    A forward op dispatched with grad enabled records the sequence number the next autograd
-    node will take, and the node keeps it: the creator is the last op to start with that
-    number (an op starting after the node exists records the next number). Sequence numbers
-    count per forward thread; the trace does not say which, so the match is per process,
-    latest before the backward node.
-    """
-    n = len(cpu)
-    served = np.full(n, "", dtype=object)
-    seq = cpu["seq_nr"].to_numpy(np.int64) if "seq_nr" in cpu else np.full(n, -1, dtype=np.int64)
-    nodes = np.flatnonzero(is_scope & (seq >= 0))
-    cand = np.flatnonzero((seq >= 0) & ~is_scope & ~is_apply)
-    if not len(nodes) or not len(cand):
-        return served
-    ts, pid = cpu["ts_us"].to_numpy(float), cpu["pid"].to_numpy()
-    left = pd.DataFrame({"ts": ts[nodes], "pid": pid[nodes], "seq": seq[nodes], "node": nodes}).sort_values("ts")
-    right = pd.DataFrame({"ts": ts[cand], "pid": pid[cand], "seq": seq[cand], "fwd": cand}).sort_values("ts")
-    found = pd.merge_asof(left, right, on="ts", by=["pid", "seq"], direction="backward")
-    found = found[found["fwd"].notna()]
-    fwd = found["fwd"].to_numpy(np.int64)
-    occ = np.where(owner[fwd] >= 0, owner[fwd], fwd)
-    served[found["node"].to_numpy(np.int64)] = cpu["name"].to_numpy(dtype=object)[occ]
-    return served
-
-
-def _is_step_name(name: str) -> bool:
-    return any(p.match(name) for p in _STEP_RES) or name.startswith("## Call CompiledFxGraph")
 
 
 def _cpu_work(cpu: pd.DataFrame, parent: np.ndarray):

@@ -6,17 +6,20 @@ for the keys every writer sets and their types.
 """
 from __future__ import annotations
 
+import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any, Mapping
 
+import torch
+
 from kernel_advisor import __version__
 from kernel_advisor.collect.attribute import Attribution
-from kernel_advisor.collect.environment import device_info, numerics_settings, versions
 from kernel_advisor.collect.kernel_timing import PASS_KERNELS_ONLY, PASS_SHAPES, KernelTiming
 from kernel_advisor.collect.loader import LoadedModel
-from kernel_advisor.collect.profiler import Capture, effective_dtype
 from kernel_advisor.collect.noise import detect_noise
+from kernel_advisor.collect.profiler import Capture, effective_dtype
 from kernel_advisor.collect.step_time import StepTime, overhead_ratio, step_time_estimate, trace_span_step_time
 from kernel_advisor.collect.trace import TraceData, shapes_recorded
 from kernel_advisor.records.run import SCHEMA_VERSION, RunMeta, RunRecord
@@ -128,3 +131,63 @@ def _imported_device(props: dict, device_type: str) -> dict:
     return {"type": "cuda", "name": props.get("name", "unknown GPU"),
             "capability": cap if None not in cap else None, "sm_count": props.get("numSms"),
             "l2_bytes": None, "total_memory_bytes": props.get("totalGlobalMem"), "driver": ""}
+
+
+# ------------------------------------------------------------
+# What a run records about the machine and the numerics settings it ran under.
+
+def device_info(dev: torch.device) -> dict:
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        return {"type": "cuda", "name": props.name, "capability": [props.major, props.minor],
+                "sm_count": props.multi_processor_count,
+                "l2_bytes": int(getattr(props, "L2_cache_size", 0)),
+                "total_memory_bytes": int(props.total_memory), "driver": driver_version()}
+    return {"type": "cpu", "name": cpu_name(), "capability": None, "sm_count": None,
+            "l2_bytes": None, "total_memory_bytes": None, "driver": ""}
+
+
+def driver_version() -> str:
+    proc = Path("/proc/driver/nvidia/version")
+    if proc.is_file():
+        for word in proc.read_text(errors="replace").split():
+            if word.count(".") >= 1 and word.replace(".", "").isdigit():
+                return word
+    try:
+        import pynvml  # nvidia-ml-py, optional
+
+        pynvml.nvmlInit()
+        return str(pynvml.nvmlSystemGetDriverVersion())
+    except Exception:  # noqa: BLE001 - driver version is informative only
+        return ""
+
+
+def cpu_name() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def versions() -> dict:
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except Exception:  # noqa: BLE001 - triton is optional
+        triton_version = None
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "triton": triton_version, "cuda": torch.version.cuda,
+            "platform": sys.platform}
+
+
+def numerics_settings(mode: str, dtype: str, effective_dtype: str) -> dict:
+    return {
+        "allow_tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+        "allow_tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "mode": mode, "dtype": dtype, "effective_dtype": effective_dtype,
+    }

@@ -14,7 +14,7 @@ import torch
 
 from kernel_advisor.collect.loader import LoadedModel, code_site, user_code_error
 from kernel_advisor.collect.loop_timing import TimedStep
-from kernel_advisor.collect.tree import tensor_leaves
+from kernel_advisor.collect.user_code import tensor_leaves
 from kernel_advisor.errors import UserInputError
 
 MODES = ("inference", "train")

@@ -94,7 +94,7 @@ def _positive(x: float | None) -> bool:
 
 
 def windows_array(steps: pd.DataFrame) -> np.ndarray:
-    """attribute.step_windows' [ts_us, end_us) table as an (n, 2) array."""
+    """nesting.step_windows' [ts_us, end_us) table as an (n, 2) array."""
     return steps[["ts_us", "end_us"]].to_numpy(float).reshape(-1, 2)
 
 

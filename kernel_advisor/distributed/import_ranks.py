@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from kernel_advisor.collect.attribute import step_windows
+from kernel_advisor.collect.nesting import step_windows
 from kernel_advisor.collect.rundir import write_json_atomic, write_table
 from kernel_advisor.collect.trace import read_trace
 from kernel_advisor.distributed.assemble import RANKS_FILE, json_clean, merged_sections, rank_dir_name

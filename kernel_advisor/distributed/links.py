@@ -20,7 +20,7 @@ import torch.distributed as dist
 from kernel_advisor.analyze.ceilings import match_device
 from kernel_advisor.analyze.ceilings import algbw_bytes_per_s, busbw_bytes_per_s
 from kernel_advisor.distributed.merge import bandwidths, straggler_ratio
-from kernel_advisor.hardware.calibrate import ALLREDUCE_BYTES, read_calibration
+from kernel_advisor.analyze.calibrate import ALLREDUCE_BYTES, read_calibration
 
 INTRA, INTER = "intra-node", "inter-node"
 

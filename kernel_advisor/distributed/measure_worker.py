@@ -33,7 +33,7 @@ from kernel_advisor.collect.nvtx_ranges import nvtx_range
 from kernel_advisor.collect.rundir import write_json_atomic
 from kernel_advisor.collect.runner import timed_loop
 from kernel_advisor.distributed.worker import RankEnv, rank_device, run_rank
-from kernel_advisor.distributed.wrap import wrap_model
+from kernel_advisor.distributed.worker import wrap_model
 from kernel_advisor.experiment.trial import GateRecord
 from kernel_advisor.experiment.trial import Outcome
 from kernel_advisor.records.distributed_experiments import DistributedExperimentsRecord

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kernel_advisor.collect.attribute import step_windows
 from kernel_advisor.collect.loader import LoadedModel
+from kernel_advisor.collect.nesting import step_windows
 from kernel_advisor.collect.profiler import Capture
 from kernel_advisor.collect.run_meta import run_json
 from kernel_advisor.collect.rundir import write_json_atomic, write_table

@@ -21,7 +21,7 @@ from kernel_advisor.actions.base import STAGES, Action
 from kernel_advisor.collect.in_memory import loaded_from_module
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.rundir import write_text_atomic
-from kernel_advisor.collect.tree import tensor_leaves
+from kernel_advisor.collect.user_code import tensor_leaves
 from kernel_advisor.errors import UserInputError
 from kernel_advisor.trykernel import compiled as kernel_compiled
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, Iterable
 
-from reference_kernels.registry import SPEC_MODULES, KernelSpec
-
 from kernel_advisor.recommend.schema import Rule
+from reference_kernels.registry import SPEC_MODULES, KernelSpec
 
 if TYPE_CHECKING:
     from kernel_advisor.recommend.evidence import RunContext

@@ -23,9 +23,10 @@ from typing import Any, Callable, Iterable, Sequence
 import pandas as pd
 
 from kernel_advisor.analyze import op_kinds
-from kernel_advisor.collect.attribute import NODE_SCOPE, flag_value, text_value
+from kernel_advisor.collect.nesting import NODE_SCOPE
 from kernel_advisor.recommend.evidence import RunContext
 from kernel_advisor.recommend.shapes import TensorArg, base_name, is_aten, is_fusible, link_bytes, tensor_args
+from kernel_advisor.records.columns import flag_value, text_value
 
 # Dropped from the op stream besides torch's views (analyze/op_kinds.py is_view): allocations
 # and metadata queries, which move no data, and reshape and flatten, views unless the layout

@@ -147,7 +147,7 @@ def _row_ids(rec: Recommendation) -> list[int]:
 
 
 def _rec_dict(rec: Recommendation, rank: int) -> dict[str, Any]:
-    """One entry of "recommendations"; key names follow what analyze/run_extras.py and
+    """One entry of "recommendations"; key names follow what records/recommendations.py and
     trykernel/results.py read (rule_id, tier, estimated_gain_*, kernel_id, row_ids)."""
     evidence = {k: v for k, v in rec.evidence.items() if k not in _DROP_FROM_EVIDENCE}
     return {

@@ -12,10 +12,11 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from kernel_advisor.collect.attribute import flag_value, op_label, text_value
+from kernel_advisor.collect.nesting import op_label
 from kernel_advisor.recommend.evidence import (CompileReport, RunContext, decoded, op_evidence, primary_dtype,
                                                run_evidence)
 from kernel_advisor.recommend.patterns import Instance, detect_instances
+from kernel_advisor.records.columns import flag_value, text_value
 
 
 @dataclass(frozen=True)

@@ -79,3 +79,15 @@ def renamed_items(items: list, renamed: Mapping[str, str]) -> list:
         return items
     return [{renamed.get(k, k): v for k, v in item.items()} if isinstance(item, dict) else item
             for item in items]
+
+
+def text_value(value: object) -> str:
+    """A text cell as read back from CSV: "" for missing (NaN)."""
+    return "" if value is None or (isinstance(value, float) and value != value) else str(value)
+
+
+def flag_value(value: object) -> bool:
+    """A bool cell as read back from CSV (bool, "True"/"False", NaN = not set)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1")
+    return bool(value) and bool(value == value)  # NaN: not set

@@ -91,3 +91,17 @@ def _refuse_wrong(source: str | Path, wrong: list[str]) -> None:
     if wrong:
         raise RecordError(f"{source} is damaged: {', '.join(wrong)} {'has' if len(wrong) == 1 else 'have'} "
                           "the wrong type", f"delete it and rerun {RERUN}")
+
+
+@dataclass(frozen=True)
+class TryKernelResults:
+    """try_kernel.json as the report reads it: scalar fields of the whole attempt, and one mapping per variant."""
+
+    summary: Mapping[str, Any]
+    variants: tuple[Mapping[str, Any], ...]
+
+
+def load_try_kernel(run_dir: Path) -> TryKernelResults | None:
+    """The run's try-kernel results, or None when `advisor try-kernel` has not written any."""
+    record = TryKernelRecord.read(run_dir)
+    return None if record is None else TryKernelResults(summary=record.summary(), variants=record.variants)

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from kernel_advisor.analyze.compare import RunComparison
 from kernel_advisor.render.report_sections import dtype_text, shapes_text
-from kernel_advisor.render.step_render import step_text
+from kernel_advisor.render.profile_render import step_text
 from kernel_advisor.render.units import fmt_pct, fmt_time_s, shorten
 
 OP_JSON_COLUMNS = ("name", "input_shapes", "input_dtypes", "region", "in_a", "in_b", "calls_per_step_a",

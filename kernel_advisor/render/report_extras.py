@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping
 
 import pandas as pd
 
-from kernel_advisor.analyze.run_extras import TryKernelResults
+from kernel_advisor.records.try_kernel import TryKernelResults
 from kernel_advisor.records.recommendations import MeasuredOutcome, RecommendationEntry as Recommendation
 from kernel_advisor.collect.step_time import step_time_of
 from kernel_advisor.render.report_sections import fmt_field, kv_table, missing, num_cell, ordered_ops

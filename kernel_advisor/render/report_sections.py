@@ -15,7 +15,7 @@ from kernel_advisor.analyze.roofline import VERDICTS
 from kernel_advisor.collect.step_time import step_time_of
 from kernel_advisor.render.profile_render import ceilings_text, run_warnings
 from kernel_advisor.render.report_template import Html, h, join
-from kernel_advisor.render.step_render import overhead_figure_text, step_value_text
+from kernel_advisor.render.profile_render import overhead_figure_text, step_value_text
 from kernel_advisor.render.units import fmt_frac_pct, fmt_pct, fmt_si, fmt_time_s, shorten
 from kernel_advisor.records.run import RunMeta
 

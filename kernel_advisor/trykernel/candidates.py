@@ -18,7 +18,7 @@ import torch
 from kernel_advisor.collect.loader import import_model_file
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
 from kernel_advisor.trykernel.adapters import ATEN_FAMILIES, ATEN_PATTERNS, REFERENCE_OPS, Route
-from kernel_advisor.trykernel.calls import CallLog
+from kernel_advisor.trykernel.capture import CallLog
 from kernel_advisor.trykernel.patterns import PATTERN_NAMES, PatternMatch
 from kernel_advisor.trykernel.substitute_aten import (AtenAdapter, override_aten, reference_adapter, resolve_op,
                                                       user_adapter)

@@ -25,7 +25,7 @@ from typing import Callable, ContextManager, Iterator, Sequence
 import torch
 
 from kernel_advisor.collect.loader import LoadedModel
-from kernel_advisor.trykernel.calls import CallLog
+from kernel_advisor.trykernel.capture import CallLog
 from kernel_advisor.trykernel.candidates import Candidate, CandidateSet, TryOptions, compile_name
 from kernel_advisor.trykernel.capture import GateRecord
 from kernel_advisor.trykernel.substitute_function import KernelFunctionMode, covers, routes_for

@@ -13,7 +13,7 @@ import torch
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.rundir import write_json_atomic
 from kernel_advisor.trykernel import compiled as kernel_compiled
-from kernel_advisor.trykernel.calls import CallLog
+from kernel_advisor.trykernel.capture import CallLog
 from kernel_advisor.trykernel.candidates import (Candidate, CandidateSet, TryOptions, compile_name, default_tolerance,
                                                  from_impl, installed, new_logs)
 from kernel_advisor.trykernel.capture import GateDraws, GateRecord, capture_step, first_line, gate_draw
@@ -21,7 +21,7 @@ from kernel_advisor.trykernel.measure import INTERPRETED, GateOutcome, measure, 
 from kernel_advisor.trykernel.patterns import find_patterns
 from kernel_advisor.trykernel.reference import FULL_FLOAT64, prepare_reference
 from kernel_advisor.trykernel.results import GateSummary, RunEvidence, TryReport, report_json
-from kernel_advisor.trykernel.selection import (TryRunContext, build_sets, census_op_names, find_run, kernel_routing,
+from kernel_advisor.trykernel.results import (TryRunContext, build_sets, census_op_names, find_run, kernel_routing,
                                                 load_candidates, model_is_module, select_specs)
 
 RESULT_FILE = "try_kernel.json"

@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 
 from kernel_advisor.collect.loader import LoadedModel
-from kernel_advisor.collect.tree import map_tensors, tensor_leaves
+from kernel_advisor.collect.user_code import map_tensors, tensor_leaves
 from kernel_advisor.trykernel.capture import Captured, capture_step
 
 FULL_FLOAT64 = "float64"

@@ -25,7 +25,7 @@ import torch
 
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
 from kernel_advisor.trykernel.adapters import Plan, Prepare, Route, aten_convention, reference_op, routed
-from kernel_advisor.trykernel.calls import CallLog, invoke, reentrant
+from kernel_advisor.trykernel.capture import CallLog, invoke, reentrant
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch.profiler import record_function
 
 from kernel_advisor.trykernel.adapters import Route, needs_grad, row_shape_of, unsupported_input
-from kernel_advisor.trykernel.calls import CallLog, invoke, reentrant
+from kernel_advisor.trykernel.capture import CallLog, invoke, reentrant
 from kernel_advisor.trykernel.patterns import (PatternMatch, ResidualNormMatch, RMSNormMatch, SwiGLUMatch,
                                                trace_one_level)
 

@@ -11,8 +11,8 @@ an op or an argument pattern they do not cover (unknown is not zero).
 """
 from __future__ import annotations
 
-from kernel_advisor.analyze.costs import (attention, conv, copies, einsum, indexing, losses, matmul, norms, pointwise,  # noqa: F401
-                                          rearrange, reductions, rnn, sampling)
+from kernel_advisor.analyze.costs import (attention, conv, copies, einsum, indexing, losses,  # noqa: F401
+                                          matmul, norms, pointwise, reductions, rnn, sampling)
 from kernel_advisor.analyze.costs.registry import (OpCost, cost_arguments, inductor_kernel_bytes, modelled_op_names,
                                                    op_cost)
 

@@ -11,8 +11,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from kernel_advisor.collect.trace.fast_paths import (CPU_ARGS, GPU_ARGS, RUNTIME_ARGS, args_columns,
-                                                     parse_args, unread_args)
+from kernel_advisor.collect.trace.fast_paths import (CPU_ARGS, GPU_ARGS, RUNTIME_ARGS, args_columns, parse_args,
+                                                     unread_args)
 
 
 class Coded(NamedTuple):

@@ -22,9 +22,10 @@ import torch
 from kernel_advisor.analyze.ceilings import (
     MeasuredCeilings, cache_file, read_cache,
 )
-from kernel_advisor.collect.environment import device_info
-from kernel_advisor.analyze.collectives import algbw_bytes_per_s, busbw_bytes_per_s
-from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
+from kernel_advisor.collect.run_meta import device_info
+from kernel_advisor.collect.options import resolve_device
+from kernel_advisor.analyze.ceilings import algbw_bytes_per_s, busbw_bytes_per_s
+from kernel_advisor.errors import EnvironmentCapabilityError
 
 MIB = 2**20
 GIB = 2**30
@@ -115,19 +116,6 @@ class DeviceIdentity:
 
 
 # ---------------------------------------------------------------- which device
-
-
-def calibration_device(device: str) -> str:
-    """"auto" -> "cuda" when a GPU is visible, else "cpu"; "cuda" without one is an error."""
-    if device not in ("auto", "cuda", "cpu"):
-        raise UserInputError(f"unknown device '{device}'", "use --device auto, cuda or cpu")
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise EnvironmentCapabilityError(
-            "--device cuda, but no CUDA device is visible (torch.cuda.is_available() is False)",
-            "run on a GPU machine with a CUDA build of torch, or use --device cpu")
-    return device
 
 
 def local_device_identity(device_type: str) -> DeviceIdentity:
@@ -337,7 +325,7 @@ def calibrate(device: str = "auto", sizes: CalibrationSizes | None = None,
               on_step: Callable[[int, int, str], None] | None = None) -> Calibration:
     """Measure copy bandwidth and matmul peaks on `device` ("auto" | "cuda" | "cpu"), and
     the all-reduce bus bandwidth when two or more GPUs are visible."""
-    device_type = calibration_device(device)
+    device_type = resolve_device(device).type
     identity = local_device_identity(device_type)
     sizes = sizes or (GPU_SIZES if device_type == "cuda" else CPU_SIZES)
     on_step = on_step or (lambda *_: None)

@@ -1,1 +1,0 @@
-"""Measuring the machine: copy bandwidth, matmul throughput and all-reduce bus bandwidth (`advisor calibrate`)."""
