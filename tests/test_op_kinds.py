@@ -13,7 +13,7 @@ from kernel_advisor.recommend import patterns, shapes
 ATEN = sorted({s.name.split("::", 1)[1] for s in torch._C._jit_get_all_schemas() if s.name.startswith("aten::")})
 
 # The hand-kept lists this replaced (recommend/shapes.py, recommend/patterns.py,
-# analyze/costs/views.py before the tags): every op keeps its kind.
+# analyze/costs/rearrange.py before the tags): every op keeps its kind.
 OLD_REDUCTIONS = """mean sum amax amin max min var std var_mean std_mean norm logsumexp prod
 linalg_vector_norm any all argmax argmin""".split()
 OLD_ELEMENTWISE = """add sub rsub mul div pow rsqrt sqrt exp exp2 expm1 log log1p log2 tanh sigmoid relu

@@ -2,7 +2,7 @@
 
 Library actions (module swaps, layout, precision, flags) are prepared in ladder order, each
 on the model as the earlier ones left it and with their contexts entered. Bundled kernels
-come next: in eager through the aten override (actions/kernel.py); under torch.compile as the
+come next: in eager through the aten override (actions/module_rewrites.py); under torch.compile as the
 torch.library operators they are, installed the way Dynamo traces (trykernel/compiled.py), so
 the compiled graph calls them. The compile action wraps whatever the others made.
 """

@@ -69,7 +69,7 @@ class TraceData:
 
     @property
     def meta(self) -> dict:
-        """The header under its former name (distributed/rank_summary.py still reads it so)."""
+        """The header under its former name (distributed/import_ranks.py still reads it so)."""
         return self.header
 
     # What the header says (kineto writes these; a foreign trace may lack any of them).
