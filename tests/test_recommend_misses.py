@@ -5,7 +5,7 @@ import pytest
 from test_recommend_support import BW, CEILINGS, STEPS, op_row, op_table, run_meta, sequence_from
 
 from kernel_advisor.recommend.engine import (Finding, Recommendation, cheaper_first_on_near_ties, near_tie,
-                                             rank_findings, split_covered, subject_rows)
+                                             rank_findings, split_covered)
 from kernel_advisor.recommend.evidence import run_context
 from kernel_advisor.recommend.kernels import registry_kernels
 from kernel_advisor.recommend.report import recommend
@@ -102,15 +102,22 @@ def test_a_flag_goes_before_a_code_change_on_the_same_rung():
 
 
 def _rec(rule_id, tier, subject, saving):
-    return Recommendation(rule_id=rule_id, title=rule_id, tier=tier, scope=subject.split(":")[0].replace("row", "op"),
-                          subject=subject, label="", message="", saving_per_step_s=saving, saving_pct=None,
-                          row_saving_per_step_s={})
+    """A recommendation on `subject` ("pattern:<name>:<row>-<row>..."), its rows as Subject.rows holds them."""
+    rows = frozenset(int(r) for r in subject.rsplit(":", 1)[-1].split("-"))
+    return Recommendation(rule_id=rule_id, title=rule_id, tier=tier, scope="pattern", subject=subject, label="",
+                          message="", saving_per_step_s=saving, saving_pct=None, row_saving_per_step_s={},
+                          subject_rows=rows)
 
 
-def test_subject_rows():
-    assert subject_rows("row:12") == {12}
-    assert subject_rows("pattern:naive-attention:3-4-5-4") == {3, 4, 5}
-    assert subject_rows("run") == frozenset()
+def test_recommendations_carry_their_subjects_rows():
+    # one wide layer_norm row (row 0, as in the first test): the op subject is that row, no other
+    nbytes = 2 * 16 * 4 * 2**20 * 2
+    row = op_row(0, "aten::layer_norm", [[16, 4, 1024, 1024], [], [4, 1024, 1024], [4, 1024, 1024]],
+                 [BF16] * 4, 2, 16e-3, flops=8.0 * 16 * 4 * 2**20, nbytes=nbytes, verdict="under-occupied", bw=BW)
+    row["max_blocks"] = 16
+    recs = [r for f in _report(row, 8e-3).findings for r in f.recommendations]
+    assert recs and {r.subject_rows for r in recs if r.scope == "op"} == {frozenset({0})}
+    assert all(r.subject_rows == frozenset() for r in recs if r.scope == "run")
 
 
 def test_a_chain_inside_attention_is_covered_by_sdpa():

@@ -56,6 +56,7 @@ class Recommendation:
     source: str = ""
     action: str = "none"  # what `recommend --measure` applies; kernel:auto resolved to kernel:<id>
     action_reason: str = ""  # why nothing can be applied, when action is "none"
+    subject_rows: frozenset[int] = field(default=frozenset(), hash=False)  # Subject.rows
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ def recommendation(engine: Engine, rule: Rule, subject: Subject, checks: tuple[C
         row_saving_per_step_s=dict(gain.row_saving_per_step_s), gain_model=rule.gain.model,
         gain_basis=gain.basis, evidence=evidence, checks=checks, kernel_id=spec.id if spec else None,
         command=command, references=rule.references, caveats=rule.caveats,
-        source=f"{rule.source}:{rule.line}", **action)
+        source=f"{rule.source}:{rule.line}", subject_rows=subject.rows, **action)
 
 
 def step_factor(ctx: RunContext) -> float:
@@ -277,16 +278,6 @@ def run_rules(engine: Engine) -> tuple[list[Recommendation], list[Recommendation
     return kept, suppressed + covered
 
 
-def subject_rows(subject_key: str) -> frozenset[int]:
-    """The op rows a subject key names: "row:12" → {12}; "pattern:naive-attention:3-4-5" → {3, 4, 5}."""
-    kind, _, rest = subject_key.partition(":")
-    if kind == "row":
-        return frozenset({int(rest)})
-    if kind == "pattern":
-        return frozenset(int(r) for r in rest.rsplit(":", 1)[-1].split("-") if r.isdigit())
-    return frozenset()
-
-
 def split_covered(recs: Sequence[Recommendation]) -> tuple[list[Recommendation], list[Recommendation]]:
     """(kept, covered): a recommendation whose rows lie inside another's subject, from a rung no
     cheaper, claiming no clearly larger saving, is covered by it (a fusion chain inside an attention
@@ -302,7 +293,7 @@ def split_covered(recs: Sequence[Recommendation]) -> tuple[list[Recommendation],
 
 
 def _covers(host: Recommendation, r: Recommendation) -> bool:
-    rows, host_rows = subject_rows(r.subject), subject_rows(host.subject)
+    rows, host_rows = r.subject_rows, host.subject_rows
     return (host.tier != "leave-it" and bool(rows) and rows < host_rows  # strictly inside
             and _tier_index(host.tier) <= _tier_index(r.tier)
             and (host.saving_per_step_s or 0.0) >= (1 - NEAR_TIE_FRAC) * (r.saving_per_step_s or 0.0))

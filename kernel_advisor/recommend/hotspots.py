@@ -52,7 +52,7 @@ def _row_gain(rec: Recommendation, row_id: int) -> float:
 
 
 def _touches(rec: Recommendation, row_id: int) -> bool:
-    return rec.subject == f"row:{row_id}" or str(row_id) in rec.row_saving_per_step_s
+    return (rec.scope == "op" and row_id in rec.subject_rows) or str(row_id) in rec.row_saving_per_step_s
 
 
 def _failing(checks: Sequence[Check]) -> list[Check]:

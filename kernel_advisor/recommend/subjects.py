@@ -22,10 +22,11 @@ from kernel_advisor.records.columns import flag_value, text_value
 @dataclass(frozen=True)
 class Subject:
     scope: str  # "op" | "pattern" | "run"
-    key: str  # stable id within the run: "row:12", "pattern:naive-attention:3-4-5", "run"
+    key: str  # stable id within the run, for records and people: "row:12", "pattern:naive-attention:3-4-5", "run"
     evidence: dict[str, Any] = field(hash=False, compare=False)
     row_time_per_step_s: dict[int, float] = field(hash=False, compare=False)
     row_calls_per_step: dict[int, float] = field(hash=False, compare=False)
+    rows: frozenset[int] = field(default=frozenset(), compare=False)  # the op rows it is (none: the run)
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,8 @@ class Subjects:
 def _op_subject(row: dict, ctx: RunContext, run_ev: dict) -> Subject:
     ev = {**run_ev, **op_evidence(row, ctx), **_autograd_evidence(row)}
     row_id = ev["row_id"]
-    return Subject("op", f"row:{row_id}", ev, {row_id: ev["time_per_step_s"]}, {row_id: ev["calls_per_step"]})
+    return Subject("op", f"row:{row_id}", ev, {row_id: ev["time_per_step_s"]}, {row_id: ev["calls_per_step"]},
+                   frozenset({row_id}))
 
 
 def _autograd_evidence(row: dict) -> dict[str, Any]:
@@ -60,7 +62,7 @@ def _pattern_subject(group: PatternGroup, ops_by_row: dict[int, dict], ctx: RunC
     key = f"pattern:{group.pattern}:" + "-".join(map(str, group.row_ids))
     calls = {r: group.row_ids.count(r) * group.instances / ctx.steps for r in set(group.row_ids)}
     times = {r: t / ctx.steps for r, t in group.row_time_s.items()}
-    return Subject("pattern", key, ev, times, calls)
+    return Subject("pattern", key, ev, times, calls, frozenset(group.row_ids))
 
 
 def build_subjects(ops: pd.DataFrame, sequence: pd.DataFrame, ctx: RunContext,
