@@ -84,7 +84,7 @@ def test_every_torch_profiler_in_the_package_goes_through_quietly():
             if re.search(r"\bprofile\(activities", line):
                 calls += 1
                 assert "quietly(profile(" in line, f"{path}: {line.strip()}"
-    assert calls >= 3  # collect/profiler.py, trykernel/measure.py, trykernel/results.py
+    assert calls >= 3  # collect/profiler.py, trykernel/timing.py, trykernel/results.py
 
 
 TINY_MODEL = """

@@ -13,7 +13,7 @@ from kernel_advisor.collect.loader import load_model
 from kernel_advisor.trykernel import compiled as kernel_compiled
 from kernel_advisor.trykernel.candidates import Candidate, CandidateSet, TryOptions, default_tolerance
 from kernel_advisor.trykernel.driver import try_candidates
-from kernel_advisor.trykernel.measure import INTERPRETED, VS_COMPILE
+from kernel_advisor.trykernel.timing import INTERPRETED, VS_COMPILE
 from kernel_advisor.trykernel.patterns import find_patterns
 from kernel_advisor.trykernel.results import RunEvidence
 from kernel_advisor.trykernel.results import build_sets, load_candidates

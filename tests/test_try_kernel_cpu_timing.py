@@ -10,7 +10,7 @@ import kernel_advisor.cli
 from kernel_advisor.collect.loader import load_model
 from kernel_advisor.trykernel.candidates import Candidate, CandidateSet, TryOptions, default_tolerance
 from kernel_advisor.trykernel.driver import try_candidates
-from kernel_advisor.trykernel.measure import INTERPRETED
+from kernel_advisor.trykernel.timing import INTERPRETED
 from kernel_advisor.trykernel.results import RunEvidence
 from kernel_advisor.trykernel.substitute_aten import reference_adapter
 

@@ -15,7 +15,7 @@ import kernel_advisor.cli
 from kernel_advisor.render.try_render import note_lines
 from kernel_advisor.trykernel.capture import CallLog
 from kernel_advisor.trykernel.candidates import default_tolerance
-from kernel_advisor.trykernel.measure import _eager_routes
+from kernel_advisor.trykernel.timing import _eager_routes
 from kernel_advisor.trykernel.results import TryReport, VariantResult, report_json
 from kernel_advisor.records.try_kernel import TryKernelRecord
 from kernel_advisor.trykernel.substitute_aten import override_aten, reference_adapter

@@ -4,7 +4,7 @@ import contextlib
 import torch
 from torch.profiler import record_function
 
-from kernel_advisor.trykernel.measure import profiled_op_times
+from kernel_advisor.trykernel.timing import profiled_op_times
 
 
 def test_profiled_op_time_counts_only_the_outermost_named_event():

@@ -13,15 +13,17 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Callable, Mapping
 
+from kernel_advisor.analyze.ceilings import PATHS
 from kernel_advisor.analyze.roofline import VERDICTS
 from kernel_advisor.records.columns import renamed_ops_column
 
 SCOPES = ("op", "pattern", "run")
 KINDS = ("op", "kernel", "memcpy", "memset")
-COMPUTE_PATHS = ("fp32", "tf32", "fp16_tc", "bf16_tc", "fp8_tc", "fp64")
+COMPUTE_PATHS = PATHS  # the ceilings' paths (analyze/ceilings.py), one list
 DEVICE_TYPES = ("cuda", "cpu")
 MEMORY_FORMATS = ("contiguous", "channels_last", "other")
 ATTENTION_BACKENDS = ("flash", "efficient", "cudnn", "math", "unknown")  # evidence.attention_backend
+# The patterns recommend/patterns.py detects: it names each instance from this list.
 PATTERNS = ("naive-attention", "rmsnorm-chain", "residual-rmsnorm", "elementwise-chain", "swiglu",
             "unfused-optimizer", "custom-op-boundary")
 # run.json "settings" keys a rule may test, with the values each may take (None: any bool).

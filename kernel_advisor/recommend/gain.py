@@ -16,6 +16,7 @@ from kernel_advisor.dtypes import dtype_name
 from kernel_advisor.recommend import kernel_gain
 from kernel_advisor.recommend.evidence import RunContext
 from kernel_advisor.recommend.kernel_gain import kernel_point_lookup, measured_saving, row_record
+from kernel_advisor.recommend.messages import ms_text
 from kernel_advisor.recommend.schema import GainSpec
 from kernel_advisor.recommend.subjects import Subject
 from reference_kernels.routes import host_bound
@@ -36,9 +37,6 @@ class GainEstimate:
 def _unknown(why: str) -> GainEstimate:
     return GainEstimate(None, {}, f"not estimated: {why}")
 
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3g} ms"
 
 
 def _apportion(subject: Subject, saving_s: float) -> dict[str, float]:
@@ -70,7 +68,7 @@ def _roofline(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFra
             rows[str(row_id)] = time_s - floor_s
     saving = sum(rows.values())
     spent = sum(subject.row_time_per_step_s.values())
-    return GainEstimate(saving, rows, f"{_ms(spent)} measured − {_ms(floor_total)} at "
+    return GainEstimate(saving, rows, f"{ms_text(spent)} measured − {ms_text(floor_total)} at "
                                       f"{target:.0%} of the roofline")
 
 
@@ -87,7 +85,7 @@ def _fusion_bytes(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.Dat
         # NB: the fused kernel still moves what the chain needs minus what it no longer writes.
         cap = spent - max(0.0, min_bytes - removed) / bw
         if cap < saving:
-            saving, basis = cap, basis + f", capped at {_ms(spent)} − fused roofline"
+            saving, basis = cap, basis + f", capped at {ms_text(spent)} − fused roofline"
     saving = max(0.0, min(saving, spent))
     return GainEstimate(saving, _apportion(subject, saving), basis)
 
@@ -117,14 +115,14 @@ def _fused_roofline(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.D
                            ev.get("peak_flops_per_s"), target)
     spent = ev["time_per_step_s"]
     saving = max(0.0, spent - fused_s)
-    basis = f"{_ms(spent)} measured − {_ms(fused_s)} for one fused kernel at {target:.0%} of its roofline"
+    basis = f"{ms_text(spent)} measured − {ms_text(fused_s)} for one fused kernel at {target:.0%} of its roofline"
     return GainEstimate(saving, _apportion(subject, saving), basis)
 
 
 def _fraction(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame) -> GainEstimate:
     spent = sum(subject.row_time_per_step_s.values())
     saving = spec.value * spent
-    return GainEstimate(saving, _apportion(subject, saving), f"{spec.value:.0%} of {_ms(spent)}")
+    return GainEstimate(saving, _apportion(subject, saving), f"{spec.value:.0%} of {ms_text(spent)}")
 
 
 def target_peak_flops_per_s(ctx: RunContext, ops: pd.DataFrame, path: str) -> float | None:
@@ -170,8 +168,8 @@ def _launch_overhead(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.
     gap = subject.evidence.get("host_gap_per_step_s") or 0.0
     # NB: upper bound: graph replay still costs a few µs per step and kernels keep their time.
     return GainEstimate(gap, {HOST_GAPS: gap} if gap > 0 else {},
-                        f"device idle {_ms(gap)} per step ({_ms(ctx.step_s)} step − "
-                        f"{_ms(ctx.device_busy_per_step_s)} busy)")
+                        f"device idle {ms_text(gap)} per step ({ms_text(ctx.step_s)} step − "
+                        f"{ms_text(ctx.device_busy_per_step_s)} busy)")
 
 
 def _exposed_comm(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame) -> GainEstimate:
@@ -180,7 +178,7 @@ def _exposed_comm(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.Dat
         return _unknown("run.json has no distributed exposed_comm_s")
     saving = spec.value * exposed
     return GainEstimate(saving, {EXPOSED_COMM: saving} if saving > 0 else {},
-                        f"{spec.value:.0%} of {_ms(exposed)} exposed communication per step")
+                        f"{spec.value:.0%} of {ms_text(exposed)} exposed communication per step")
 
 
 def _measured_backend(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame) -> GainEstimate:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 from kernel_advisor.recommend.conditions import Check
 from kernel_advisor.recommend.engine import Engine, Recommendation, evaluate_rule, recommendation
 from kernel_advisor.recommend.gain import HOST_GAPS
+from kernel_advisor.recommend.messages import ms_text
 from kernel_advisor.recommend.schema import LADDER, Rule
 from kernel_advisor.recommend.subjects import Subject
 
@@ -42,9 +43,6 @@ class Hotspot:
     why: str
     passed_over: tuple[tuple[str, str], ...]  # (tier, reason), cheapest first
 
-
-def _ms(s: float) -> str:
-    return f"{s * 1e3:.3g} ms"
 
 
 def _row_gain(rec: Recommendation, row_id: int) -> float:
@@ -118,8 +116,8 @@ def _passed_over(engine: Engine, op: Subject, recs: Sequence[Recommendation], ti
         muted = [r for r in suppressed if r.tier == tier and r.subject == op.key]
         if mine and best is not None:
             top = max(mine, key=lambda r: _row_gain(r, row_id))
-            out.append((tier, f"{top.rule_id} saves {_ms(_row_gain(top, row_id))}, under "
-                              f"{CHOOSE_FRAC:.0%} of {best.rule_id}'s {_ms(_row_gain(best, row_id))}"))
+            out.append((tier, f"{top.rule_id} saves {ms_text(_row_gain(top, row_id))}, under "
+                              f"{CHOOSE_FRAC:.0%} of {best.rule_id}'s {ms_text(_row_gain(best, row_id))}"))
         elif muted:
             out.append((tier, f"{muted[0].rule_id} fired but the op is not worth it (leave-it)"))
         else:
@@ -184,12 +182,12 @@ def hotspot(engine: Engine, op: Subject, recs: Sequence[Recommendation],
     if host is not None:
         tier, rule = host.tier, host.rule_id
         why = (f"{ev['verdict']}: its launches, not its kernel, set the pace; {host.rule_id} removes the "
-               f"step's launch gaps (saves {_ms(host.row_saving_per_step_s[HOST_GAPS])} a step)")
+               f"step's launch gaps (saves {ms_text(host.row_saving_per_step_s[HOST_GAPS])} a step)")
         passed = _passed_over(engine, op, mine, LADDER[:LADDER.index(host.tier)], None, suppressed)
     elif chosen is not None:
         best = max((r for r in mine if r.tier in LADDER), key=lambda r: _row_gain(r, row_id))
         tiers = LADDER[:LADDER.index(chosen.tier)]
-        tier, rule, why = chosen.tier, chosen.rule_id, f"{chosen.title}: saves {_ms(_row_gain(chosen, row_id))}"
+        tier, rule, why = chosen.tier, chosen.rule_id, f"{chosen.title}: saves {ms_text(_row_gain(chosen, row_id))}"
         passed = _passed_over(engine, op, mine, tiers, best, suppressed)
     elif leave is not None:
         # The message, not the title: a leave-it must state its evidence ("at 85 % of the roofline").

@@ -136,3 +136,8 @@ def fill_message(template: str, evidence: Mapping[str, Any], scope: str) -> str:
     template_fields(template)  # the size bound again: a template may not have come through a rules file
     message = template.format_map(display_values(evidence, scope))
     return message if len(message) <= MAX_MESSAGE_CHARS else message[:MAX_MESSAGE_CHARS - 1] + "…"
+
+
+def ms_text(seconds: float) -> str:
+    """A time in a gain's basis or a hotspot's reason: "1.23 ms"."""
+    return f"{seconds * 1e3:.3g} ms"

@@ -24,6 +24,7 @@ import pandas as pd
 
 from kernel_advisor.analyze import op_kinds
 from kernel_advisor.collect.nesting import NODE_SCOPE
+from kernel_advisor.recommend.conditions import PATTERNS
 from kernel_advisor.recommend.evidence import RunContext
 from kernel_advisor.recommend.shapes import TensorArg, base_name, is_aten, is_fusible, link_bytes, tensor_args
 from kernel_advisor.records.columns import flag_value, text_value
@@ -175,6 +176,8 @@ def intermediate_bytes(occs: Sequence[Occ]) -> int:
 
 
 def _instance(pattern: str, occs: Sequence[Occ], variant: str = "") -> Instance:
+    if pattern not in PATTERNS:  # rules test the name (`pattern:` conditions): one vocabulary
+        raise ValueError(f"pattern {pattern!r} is not in recommend/conditions.py's PATTERNS")
     return Instance(pattern, tuple(occs), intermediate_bytes(occs), variant)
 
 

@@ -24,13 +24,13 @@ def _ms(seconds: float | None) -> str:
     return f"{ms:.3f}" if ms == 0 or abs(ms) >= 5e-4 else f"{ms:.1e}"  # small savings stay visible
 
 
-def _pct(pct: float | None) -> str:
+def _pct_number(pct: float | None) -> str:
     return "—" if pct is None else f"{pct:.1f}"
 
 
 def _pct_noted(f: Finding) -> str:
     """The % of the step, marked when the step's own noise could hide it."""
-    return f"{_pct(f.saving_pct)} {WITHIN_NOISE}" if f.within_noise else _pct(f.saving_pct)
+    return f"{_pct_number(f.saving_pct)} {WITHIN_NOISE}" if f.within_noise else _pct_number(f.saving_pct)
 
 
 def _where(f: Finding) -> str:
@@ -44,7 +44,7 @@ def _total_line(report: Report) -> str:
              f"({_ms(report.ctx.step_noise_s)} ms): ranked after the others."
              if any(f.within_noise for f in report.findings) else "")
     return (f"Total if all are applied: {_ms(report.total_saving_per_step_s)} ms per step "
-            f"({_pct(report.total_saving_pct)} % of the step: {_step(report)}); "
+            f"({_pct_number(report.total_saving_pct)} % of the step: {_step(report)}); "
             f"savings on the same op are counted once (Amdahl).{noted}")
 
 
@@ -72,7 +72,7 @@ def hotspots_table(report: Report) -> Table:
     for h in report.hotspots:
         eff = "—" if h.efficiency_frac is None else f"{h.efficiency_frac:.0%}"
         passed = "\n".join(f"{t}: {r}" for t, r in h.passed_over) or "—"
-        table.add_row(f"{h.name}\n{h.input_shapes}", _pct(h.share_pct), h.verdict, eff, h.chosen_tier, h.why, passed)
+        table.add_row(f"{h.name}\n{h.input_shapes}", _pct_number(h.share_pct), h.verdict, eff, h.chosen_tier, h.why, passed)
     return table
 
 
@@ -118,7 +118,7 @@ def render_markdown(report: Report) -> str:
               "|---|---|---|---|---|---|"]
     for h in report.hotspots:
         passed = "; ".join(f"{t}: {r}" for t, r in h.passed_over) or "—"
-        lines.append(f"| `{h.name}` {h.input_shapes} | {_pct(h.share_pct)} | {h.verdict} | {h.chosen_tier} | "
+        lines.append(f"| `{h.name}` {h.input_shapes} | {_pct_number(h.share_pct)} | {h.verdict} | {h.chosen_tier} | "
                      f"{_md_cell(h.why)} | {_md_cell(passed)} |")
     return "\n".join(lines) + "\n"
 

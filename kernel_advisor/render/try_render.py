@@ -110,10 +110,10 @@ def _gain(v: VariantResult) -> str:
     p = v.prediction
     if p is None:
         return "–"
-    return f"{_pct(p.predicted_gain_frac)} → {_pct(p.measured_gain_frac)}"
+    return f"{_signed_frac_pct(p.predicted_gain_frac)} → {_signed_frac_pct(p.measured_gain_frac)}"
 
 
-def _pct(frac: float) -> str:
+def _signed_frac_pct(frac: float) -> str:
     return "–" if not _finite(frac) else f"{100 * frac:+.1f}%"
 
 

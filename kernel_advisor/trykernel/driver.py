@@ -17,7 +17,7 @@ from kernel_advisor.trykernel.capture import CallLog
 from kernel_advisor.trykernel.candidates import (Candidate, CandidateSet, TryOptions, compile_name, default_tolerance,
                                                  from_impl, installed, new_logs)
 from kernel_advisor.trykernel.capture import GateDraws, GateRecord, capture_step, first_line, gate_draw
-from kernel_advisor.trykernel.measure import INTERPRETED, GateOutcome, measure, nothing_timed
+from kernel_advisor.trykernel.timing import INTERPRETED, GateOutcome, measure, nothing_timed
 from kernel_advisor.trykernel.patterns import find_patterns
 from kernel_advisor.trykernel.reference import FULL_FLOAT64, prepare_reference
 from kernel_advisor.trykernel.results import GateSummary, RunEvidence, TryReport, report_json
