@@ -179,3 +179,18 @@ def test_a_latency_bound_hotspot_without_a_rung_says_which_launch_condition_fail
                                "compile-cuda-graphs: kernels_per_step is 2 (needs >= 10)")
 
 
+
+
+def test_every_rule_is_evaluated_once_per_subject(monkeypatch):
+    # the hotspots' explanations read the engine's evaluations instead of applying rules again
+    from kernel_advisor.recommend import engine as engine_module
+
+    seen = []
+    real = engine_module.evaluate_rule
+    monkeypatch.setattr(engine_module, "evaluate_rule",
+                        lambda eng, rule, subject: seen.append((rule.id, subject.key)) or real(eng, rule, subject))
+    nbytes = 2 * 16 * 4 * 2**20 * 2
+    row = op_row(0, "aten::layer_norm", [[16, 4, 1024, 1024], [], [4, 1024, 1024], [4, 1024, 1024]],
+                 [BF16] * 4, 2, 16e-3, flops=8.0 * 16 * 4 * 2**20, nbytes=nbytes, verdict="under-occupied", bw=BW)
+    report = _report(row, 8e-3)
+    assert report.hotspots and seen and len(seen) == len(set(seen))

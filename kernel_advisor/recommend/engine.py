@@ -60,14 +60,30 @@ class Recommendation:
 
 
 @dataclass(frozen=True)
+class Evaluation:
+    """One rule on one subject: its checks, the kernel it resolved, and, when every check holds,
+    its recommendation (which may claim nothing)."""
+
+    checks: tuple[Check, ...]
+    spec: KernelSpec | None
+    recommendation: Recommendation | None
+
+
+@dataclass(frozen=True)
 class Engine:
-    """Everything the rules were applied to, kept for explanations (hotspots)."""
+    """Everything the rules were applied to, and every rule evaluated once on every subject of
+    its scope (`evaluations`, keyed by rule id and Subject.key): ranking and the hotspots'
+    explanations read the same evaluations."""
 
     ctx: RunContext
     ops: pd.DataFrame
     rules: tuple[Rule, ...]
     subjects: Subjects
     kernels: tuple[KernelSpec, ...]
+    evaluations: Mapping[tuple[str, str], Evaluation] = field(default_factory=dict, compare=False)
+
+    def evaluation(self, rule: Rule, subject: Subject) -> Evaluation:
+        return self.evaluations[(rule.id, subject.key)]
 
 
 def _label(subject: Subject) -> str:
@@ -141,16 +157,15 @@ def claims_nothing(rec: Recommendation) -> bool:
     return rec.gain_model != "none" and rec.saving_per_step_s is not None and rec.saving_per_step_s <= 0
 
 
+def _evaluated(engine: Engine, rule: Rule, subject: Subject) -> Evaluation:
+    checks, spec = evaluate_rule(engine, rule, subject)
+    rec = recommendation(engine, rule, subject, checks, spec) if all(c.ok for c in checks) else None
+    return Evaluation(checks, spec, rec)
+
+
 def _fired(engine: Engine) -> list[Recommendation]:
-    out = []
-    for rule in engine.rules:
-        for subject in engine.subjects.of_scope(rule.scope):
-            checks, spec = evaluate_rule(engine, rule, subject)
-            if all(c.ok for c in checks):
-                rec = recommendation(engine, rule, subject, checks, spec)
-                if not claims_nothing(rec):
-                    out.append(rec)
-    return out
+    return [e.recommendation for e in engine.evaluations.values()
+            if e.recommendation is not None and not claims_nothing(e.recommendation)]
 
 
 def split_suppressed(recs: Sequence[Recommendation]) -> tuple[list[Recommendation], list[Recommendation]]:
@@ -268,7 +283,10 @@ def build_engine(ops: pd.DataFrame, sequence: pd.DataFrame, meta: Mapping[str, A
                  kernels: Sequence[KernelSpec] = (), compile_report: CompileReport | None = None) -> Engine:
     ctx = run_context(meta)
     subjects = build_subjects(ops, sequence, ctx, compile_report)
-    return Engine(ctx, ops, tuple(rules), subjects, tuple(kernels))
+    engine = Engine(ctx, ops, tuple(rules), subjects, tuple(kernels))
+    evaluations = {(rule.id, s.key): _evaluated(engine, rule, s) for rule in engine.rules
+                   for s in subjects.of_scope(rule.scope)}
+    return replace(engine, evaluations=evaluations)
 
 
 def run_rules(engine: Engine) -> tuple[list[Recommendation], list[Recommendation]]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from kernel_advisor.recommend.conditions import Check
-from kernel_advisor.recommend.engine import Engine, Recommendation, evaluate_rule, recommendation
+from kernel_advisor.recommend.engine import Engine, Recommendation
 from kernel_advisor.recommend.gain import HOST_GAPS
 from kernel_advisor.recommend.messages import ms_text
 from kernel_advisor.recommend.schema import LADDER, Rule
@@ -76,14 +76,14 @@ def _nearest_miss(engine: Engine, tier: str, op: Subject) -> str:
     best: tuple[int, str] | None = None
     for rule in (r for r in engine.rules if r.tier == tier):
         if rule.scope == "op":
-            checks, spec = evaluate_rule(engine, rule, op)
+            checks, spec = engine.evaluation(rule, op).checks, engine.evaluation(rule, op).spec
             if any(c.key == "ops" and not c.ok for c in checks):
                 continue
             candidates = [checks]
         elif rule.scope == "pattern":
             spec = None
             subjects = [s for s in engine.subjects.patterns if row_id in s.row_time_per_step_s]
-            candidates = [evaluate_rule(engine, rule, s)[0] for s in subjects]
+            candidates = [engine.evaluation(rule, s).checks for s in subjects]
             candidates = [c for c in candidates if not any(x.key == "pattern" and not x.ok for x in c)]
             if not candidates:
                 continue
@@ -101,9 +101,9 @@ def _no_saving(engine: Engine, rule: Rule, op: Subject, checks: tuple[Check, ...
                spec: KernelSpec | None) -> str:
     """A rule that applies but claims nothing: its gain model's own reason (a kernel that lost
     to eager at the nearest measured shape says so, with both times)."""
-    if rule.scope != "op":
+    rec = engine.evaluation(rule, op).recommendation if rule.scope == "op" else None
+    if rec is None:
         return f"{rule.id} applies but estimates no saving here"
-    rec = recommendation(engine, rule, op, checks, spec)
     return f"{rule.id} applies but estimates no saving here: {rec.gain_basis}"
 
 
@@ -147,10 +147,9 @@ def _at_target(engine: Engine, op: Subject) -> str | None:
     # A roofline zero means "at the target", a backend table's zero "on the fastest backend measured
     # here"; a measured kernel's zero means the kernel lost, which is no evidence about the op.
     for rule in (r for r in engine.rules if r.tier in LADDER and r.scope == "op" and r.gain.model in AT_TARGET):
-        checks, spec = evaluate_rule(engine, rule, op)
-        if _failing(checks):
+        rec = engine.evaluation(rule, op).recommendation
+        if rec is None:  # a check failed
             continue
-        rec = recommendation(engine, rule, op, checks, spec)
         if rec.saving_per_step_s == 0.0:
             return f"{AT_TARGET[rule.gain.model]} {rule.id} would bring it: {rec.gain_basis}"
     return None
@@ -167,7 +166,7 @@ def _launch_miss(engine: Engine, verdict: str) -> str:
     run-level matter, so the run-level rules' failed conditions are the evidence."""
     misses = [_describe_miss(rule, failing) for rule in engine.rules
               if rule.scope == "run" and rule.gain.model == LAUNCH_GAIN_MODEL
-              and (failing := _failing(evaluate_rule(engine, rule, engine.subjects.run)[0]))]
+              and (failing := _failing(engine.evaluation(rule, engine.subjects.run).checks))]
     return f"{verdict}: launch overhead is a run-level matter, and " + (
         "; ".join(misses) if misses else f"no rule with the {LAUNCH_GAIN_MODEL} gain model is loaded")
 
