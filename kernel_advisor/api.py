@@ -45,7 +45,7 @@ Warn = Callable[[str], None]  # where a warning line goes: the CLI's stderr; war
 # Called through the API as they are, imported on first use (the modules below load torch).
 BELOW = {"device_calibration": "pipeline", "compare_dirs": "pipeline", "kernel_routes": "pipeline",
          "kernel_specs": "pipeline", "rules_by_tier": "pipeline", "rules_in": "pipeline",
-         "verified_kernels": "pipeline", "check_output_file": "collect.rundir",
+         "verified_kernels": "pipeline", "check_output_file": "collect.options",
          "write_plan_module": "experiment.variant"}
 
 

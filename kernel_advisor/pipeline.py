@@ -20,19 +20,18 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
-from kernel_advisor.analyze.roofline import analyze_ops
-# cost_arguments: rows split by every argument their cost reads
 from kernel_advisor.analyze.costs import cost_arguments, modelled_op_names
+from kernel_advisor.analyze.roofline import analyze_ops
 from kernel_advisor.collect.attribute import Attribution, attribute
 from kernel_advisor.collect.interrupts import hold_for_tests
 from kernel_advisor.collect.kernel_timing import with_kernel_timings
 from kernel_advisor.collect.loader import LoadedModel
-from kernel_advisor.collect.options import resolve_device
+from kernel_advisor.collect.options import check_output_file, resolve_device
 from kernel_advisor.collect.profiler import Capture, Progress, capture
 from kernel_advisor.collect.run_meta import FILES, import_meta, profile_meta, run_json
+from kernel_advisor.collect.rundir import (RunWriter, check_writable_target, default_run_dir, load_run, resolve_run,
+                                           write_error, write_json_atomic, write_table)
 from kernel_advisor.collect.runner import no_operator_error
-from kernel_advisor.collect.rundir import (RunWriter, check_output_file, check_writable_target, default_run_dir,
-                                           load_run, resolve_run, write_error, write_json_atomic, write_table)
 from kernel_advisor.collect.trace import TraceData, read_trace
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
 from kernel_advisor.recommend.kernels import registry_kernels

@@ -29,8 +29,8 @@ import yaml
 
 from kernel_advisor.actions import fixed_by
 from kernel_advisor.recommend.gain_fit import ActionScale, action_family, load_calibration
-from kernel_advisor.recommend.engine import subject_rows
 from kernel_advisor.recommend.report import MAX_GAIN_FRAC
+from kernel_advisor.records.recommendations import subject_key_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CSV = ROOT / "benchmarks" / "data" / "advice.csv"
@@ -54,7 +54,7 @@ def union_predicted(rules: pd.DataFrame, action: str) -> float | None:
     mine = rules[rules["action"].isin(names)].dropna(subset=["predicted_gain_frac"])
     if mine.empty:
         return None
-    subjects = [(subject_rows(s) or frozenset({s}), p) for s, p in zip(mine["subject"], mine["predicted_gain_frac"])]
+    subjects = [(subject_key_rows(s) or frozenset({s}), p) for s, p in zip(mine["subject"], mine["predicted_gain_frac"])]
     best: dict[frozenset, float] = {}
     for rows, p in subjects:
         if not any(rows < other for other, _ in subjects):

@@ -160,3 +160,15 @@ def load_recommendations(run_dir: Path) -> tuple[RecommendationEntry, ...] | Non
     """The run's recommendations, or None when `advisor recommend` has not written any."""
     record = RecommendationsRecord.read(run_dir)
     return None if record is None else record.recommendations
+
+
+def subject_key_rows(subject_key: str) -> frozenset[int]:
+    """The op rows a stored subject key names, for data written with keys only (advice.csv):
+    "row:12" → {12}; "pattern:naive-attention:3-4-5" → {3, 4, 5}; "run" → {}. In memory a
+    Subject holds its rows (recommend/subjects.py)."""
+    kind, _, rest = subject_key.partition(":")
+    if kind == "row":
+        return frozenset({int(rest)})
+    if kind == "pattern":
+        return frozenset(int(r) for r in rest.rsplit(":", 1)[-1].split("-") if r.isdigit())
+    return frozenset()

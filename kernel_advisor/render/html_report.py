@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel_advisor import __version__
-from kernel_advisor.collect.options import check_count
-from kernel_advisor.collect.rundir import LoadedRun, check_output_file, write_text_atomic
+from kernel_advisor.collect.options import check_count, check_output_file
+from kernel_advisor.collect.rundir import LoadedRun, write_text_atomic
 from kernel_advisor.errors import EnvironmentCapabilityError, UserInputError
 from kernel_advisor.records.recommendations import load_recommendations
 from kernel_advisor.records.run import RunMeta
