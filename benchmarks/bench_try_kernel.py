@@ -43,15 +43,15 @@ def main(argv: list[str]) -> int:
     from kernel_advisor.collect.loader import load_model
     from kernel_advisor.render.try_render import try_markdown
     from kernel_advisor.trykernel.driver import run_try_kernel
-    from kernel_advisor.trykernel.candidates import TryOptions
+    from kernel_advisor.trykernel.candidates import TryOptions, TryRequest
 
     os.environ.setdefault("ADVISOR_HOME", str(args.out / ".advisor"))  # never saves into a user's runs
     args.out.mkdir(parents=True, exist_ok=True)
     loaded = load_model(args.model, device="cuda", dtype=args.dtype, seed=0)
     options = TryOptions(mode=args.mode, draws=args.draws, reps=args.reps, compile_mode=args.compile_mode)
     t0 = time.perf_counter()
-    result = run_try_kernel(loaded, args.kernels, not args.no_all, None, None, None, options,
-                            {"benchmark": "bench_try_kernel", **{k: str(v) for k, v in vars(args).items()}})
+    record = {"benchmark": "bench_try_kernel", **{k: str(v) for k, v in vars(args).items()}}
+    result = run_try_kernel(loaded, TryRequest(tuple(args.kernels), not args.no_all, options=options, record_args=record))
     wall_s = time.perf_counter() - t0
     stem = f"try_kernel_{args.model.stem}" + ("" if args.mode == "inference" else f"_{args.mode}")
     payload = {**result.payload, "benchmark_wall_s": wall_s}

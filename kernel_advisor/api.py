@@ -149,7 +149,8 @@ class Run:
         loaded, mode = self.model()
         options = {"mode": mode, "draws": draws, "reps": reps, "warmup": warmup, "compile": compile}
         args = {"kernel_ids": list(kernel_ids), "all": together, "mode": mode, "autocast": autocast_of(loaded)}
-        result = try_in_model(loaded, kernel_ids, together, None, None, self.path, options, args, progress, _warn)
+        result = try_in_model(loaded, kernel_ids, together=together, options=options, record_args=args, run=self.path,
+                              progress=progress, warn=_warn)
         return said_when_nothing_applied(result.report)
 
 
@@ -367,8 +368,8 @@ def try_kernel_file(path: str | Path, kernel_ids: Sequence[str] = (), *, togethe
                "compile_mode": compile_mode, "check_only": check_only, "seed": seed}
     args = {"kernel_ids": list(kernel_ids), "all": together, "impl": impl, "op": op, "device": dev.type,
             "dtype": dtype, "autocast": autocast, "entry": entry}
-    return try_in_model(loaded, kernel_ids, together, impl, op, _path(run), options, args, progress, warn or _warn,
-                        args_with_options=True)
+    return try_in_model(loaded, kernel_ids, together=together, options=options, record_args=args, impl=impl, op=op,
+                        run=_path(run), progress=progress, warn=warn or _warn, args_with_options=True)
 
 
 # ---------------------------------------------------------------- helpers

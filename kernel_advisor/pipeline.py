@@ -201,19 +201,21 @@ def measured_document(report: Report, doc: Mapping, loaded: LoadedModel, mode: s
     return RecommendationsRecord.from_json(measured_json(dict(doc), report, m)).to_json(), m
 
 
-def try_in_model(loaded: LoadedModel, kernel_ids: Sequence[str], together: bool, impl: str | None, op: str | None,
-                 run: Path | None, options: dict, args: dict, progress: Progress | None, warn: Callable[[str], None],
+def try_in_model(loaded: LoadedModel, kernel_ids: Sequence[str], *, together: bool, options: Mapping[str, Any],
+                 record_args: Mapping[str, Any], warn: Callable[[str], None], impl: str | None = None,
+                 op: str | None = None, run: Path | None = None, progress: Progress | None = None,
                  args_with_options: bool = False):
     """try-kernel on a loaded model (trykernel/driver.py): the TryResult. try_kernel.json's "args"
-    are `args`, and every TryOptions field with `args_with_options` (as `advisor try-kernel` writes)."""
+    are `record_args`, and every TryOptions field with `args_with_options` (as `advisor try-kernel` writes)."""
     use_triton_interpreter(loaded.device.type, warn)
     # After TRITON_INTERPRET is set: Triton reads it when a kernel is decorated.
-    from kernel_advisor.trykernel.candidates import TryOptions
+    from kernel_advisor.trykernel.candidates import TryOptions, TryRequest
     from kernel_advisor.trykernel.driver import run_try_kernel
 
     opts = TryOptions(**options)
-    args = {**args, **asdict(opts)} if args_with_options else args
-    return run_try_kernel(loaded, list(kernel_ids), together, impl, op, run, opts, args, progress)
+    record = {**record_args, **asdict(opts)} if args_with_options else dict(record_args)
+    request = TryRequest(tuple(kernel_ids), together, impl, op, run, opts, record)
+    return run_try_kernel(loaded, request, progress)
 
 
 def use_triton_interpreter(device_type: str, warn: Callable[[str], None]) -> None:

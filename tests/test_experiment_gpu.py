@@ -52,12 +52,11 @@ def _plain_loop_s(loaded, steps: int, rounds: int = 7) -> float:
                                          ("wide_softmax", "cuda.softmax")])
 def test_try_kernel_and_measure_agree_on_the_same_substitution(tmp_path, monkeypatch, stem, kernel):
     from kernel_advisor.trykernel.driver import run_try_kernel
-    from kernel_advisor.trykernel.candidates import TryOptions
+    from kernel_advisor.trykernel.candidates import TryOptions, TryRequest
 
     monkeypatch.chdir(tmp_path)  # no `latest` run: both assume the same (host-bound) routes
     loaded = _loaded(stem)
-    tried = run_try_kernel(loaded, [kernel], False, None, None, None,
-                           TryOptions(reps=30, warmup=3, compile=False), {}).report
+    tried = run_try_kernel(loaded, TryRequest((kernel,), options=TryOptions(reps=30, warmup=3, compile=False))).report
     mine = next(v for v in tried.variants if v.name == kernel)
     measured = measure_actions(loaded, "inference", [f"kernel:{kernel}"], SINGLES).outcomes[f"kernel:{kernel}"]
     if mine.speedup is None or measured.speedup is None:

@@ -9,9 +9,9 @@ import contextlib
 import functools
 import inspect
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -214,6 +214,20 @@ class TryOptions:
     compile_mode: str = "default"
     check_only: bool = False
     seed: int = 0
+
+
+@dataclass(frozen=True)
+class TryRequest:
+    """One try-kernel invocation: which kernels, how, on which run; `record_args` is what
+    try_kernel.json's "args" says of it."""
+
+    kernel_ids: tuple[str, ...] = ()
+    together: bool = False  # also every applicable kernel installed at once
+    impl: str | None = None  # a user's kernel, "file.py:function"
+    op: str | None = None  # the aten op `impl` replaces
+    run: Path | None = None  # the run the results are saved into (None: the model's latest)
+    options: TryOptions = TryOptions()
+    record_args: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)

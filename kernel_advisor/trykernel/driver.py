@@ -13,16 +13,15 @@ import torch
 from kernel_advisor.collect.loader import LoadedModel
 from kernel_advisor.collect.rundir import write_json_atomic
 from kernel_advisor.trykernel import compiled as kernel_compiled
-from kernel_advisor.trykernel.capture import CallLog
-from kernel_advisor.trykernel.candidates import (Candidate, CandidateSet, TryOptions, compile_name, default_tolerance,
-                                                 from_impl, installed, new_logs)
-from kernel_advisor.trykernel.capture import GateDraws, GateRecord, capture_step, first_line, gate_draw
-from kernel_advisor.trykernel.timing import INTERPRETED, GateOutcome, measure, nothing_timed
+from kernel_advisor.trykernel.candidates import (Candidate, CandidateSet, TryOptions, TryRequest, compile_name,
+                                                 default_tolerance, from_impl, installed, new_logs)
+from kernel_advisor.trykernel.capture import CallLog, GateDraws, GateRecord, capture_step, first_line, gate_draw
 from kernel_advisor.trykernel.patterns import find_patterns
 from kernel_advisor.trykernel.reference import FULL_FLOAT64, prepare_reference
-from kernel_advisor.trykernel.results import GateSummary, RunEvidence, TryReport, report_json
-from kernel_advisor.trykernel.results import (TryRunContext, build_sets, census_op_names, find_run, kernel_routing,
-                                                load_candidates, model_is_module, select_specs)
+from kernel_advisor.trykernel.results import (GateSummary, RunEvidence, TryReport, TryRunContext, build_sets,
+                                              census_op_names, find_run, kernel_routing, load_candidates,
+                                              model_is_module, report_json, select_specs)
+from kernel_advisor.trykernel.timing import INTERPRETED, GateOutcome, measure, nothing_timed
 
 RESULT_FILE = "try_kernel.json"
 
@@ -34,17 +33,17 @@ class TryResult:
     saved_to: Path | None
 
 
-def run_try_kernel(loaded: LoadedModel, kernel_ids: Sequence[str], together: bool, impl: str | None,
-                   op: str | None, run: Path | None, options: TryOptions, args: dict,
+def run_try_kernel(loaded: LoadedModel, request: TryRequest,
                    progress: Callable[[str, int, int], None] | None = None) -> TryResult:
-    ctx = find_run(run, loaded)
-    cands, notes = _candidates(loaded, kernel_ids, impl, op, ctx, options)
-    sets, set_notes = build_sets(cands, together)
+    ctx = find_run(request.run, loaded)
+    options = request.options
+    cands, notes = _candidates(loaded, request.kernel_ids, request.impl, request.op, ctx, options)
+    sets, set_notes = build_sets(cands, request.together)
     report = try_candidates(loaded, sets, options, ctx.evidence, progress)
     all_notes = [*ctx.notes, *notes, *set_notes, *report.notes, *_timing_notes(report, loaded, options)]
     report = dataclasses.replace(report, notes=tuple(all_notes))
     payload = report_json(report, {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                   "run": str(ctx.path) if ctx.path else None, "args": args})
+                                   "run": str(ctx.path) if ctx.path else None, "args": dict(request.record_args)})
     saved = None
     if ctx.path is not None:
         saved = ctx.path / RESULT_FILE
