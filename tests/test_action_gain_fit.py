@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from kernel_advisor.recommend.gain import (
-    GainEstimate, HOST_GAPS, changes_roof, gain_frac_of_step, in_step_time, profiled_to_step_factor,
+    GainEstimate, HOST_GAPS, changes_roof, row_bucket, gain_frac_of_step, in_step_time, profiled_to_step_factor,
     without_at_roof_rows)
 from kernel_advisor.recommend.gain_fit import (
     FEATURES, FamilyFit, GainInterval, combined_interval, load_gain_fit, memory_bound_frac, predicted_gain_interval)
@@ -58,8 +58,8 @@ def test_shipped_fit_loads_with_provenance_and_a_default():
 
 
 def test_no_saving_on_an_op_at_its_roof_unless_the_action_moves_the_roof():
-    gain = GainEstimate(3e-3, {"1": 1e-3, "2": 2e-3}, "roof")
-    cut = without_at_roof_rows(gain, {"1": 0.91, "2": 0.4})
+    gain = GainEstimate(3e-3, {row_bucket(1): 1e-3, row_bucket(2): 2e-3}, "roof")
+    cut = without_at_roof_rows(gain, {row_bucket(1): 0.91, row_bucket(2): 0.4})
     assert cut.saving_per_step_s == pytest.approx(2e-3) and "row 1 at 91%" in cut.basis
     assert not changes_roof("roofline", "compile") and changes_roof("roofline", "sdpa")
     assert changes_roof("precision", "float8:compile") and changes_roof("fused-roofline", "compile")
@@ -69,8 +69,8 @@ def test_profiled_time_is_scaled_to_the_step_and_no_share_exceeds_it():
     assert profiled_to_step_factor(1e-3, 5e-4) == 1.0
     k = profiled_to_step_factor(1e-3, 4e-3)
     assert k == pytest.approx(0.25)
-    scaled = in_step_time(GainEstimate(4e-3, {"0": 3e-3, HOST_GAPS: 1e-3}, "b"), k)
-    assert scaled.row_saving_per_step_s["0"] == pytest.approx(7.5e-4) and scaled.row_saving_per_step_s[HOST_GAPS] == 1e-3
+    scaled = in_step_time(GainEstimate(4e-3, {row_bucket(0): 3e-3, HOST_GAPS: 1e-3}, "b"), k)
+    assert scaled.row_saving_per_step_s[row_bucket(0)] == pytest.approx(7.5e-4) and scaled.row_saving_per_step_s[HOST_GAPS] == 1e-3
     assert gain_frac_of_step(5e-3, 1e-3) == 1.0 and gain_frac_of_step(None, 1e-3) is None
 
 

@@ -17,6 +17,7 @@ from kernel_advisor.collect.noise import (OVERSUBSCRIBED, PROFILED_SPREAD, PROFI
 from kernel_advisor.collect.step_time import Ratio, median_step_time, step_time_of
 from kernel_advisor.recommend.engine import Recommendation, rank_findings
 from kernel_advisor.recommend.evidence import run_context
+from kernel_advisor.recommend.gain import Bucket
 from kernel_advisor.render.profile_render import run_warnings
 
 QUIET_STEPS = [0.010, 0.0101, 0.0099, 0.0100, 0.0102, 0.0098]
@@ -96,7 +97,7 @@ NOISY_WINDOWS = [0.026, 0.035, 0.030, 0.020, 0.029, 0.031, 0.045, 0.024, 0.033, 
 def _rec(rule_id, saving_s, tier="library"):
     return Recommendation(rule_id=rule_id, title=rule_id, tier=tier, scope="op", subject=f"row:{rule_id}",
                           label="", message="", saving_per_step_s=saving_s, saving_pct=None,
-                          row_saving_per_step_s={f"row:{rule_id}": saving_s})
+                          row_saving_per_step_s={Bucket(f"row:{rule_id}"): saving_s})
 
 
 def _noisy_ctx():

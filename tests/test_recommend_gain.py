@@ -6,7 +6,7 @@ import pytest
 from test_recommend_support import run_meta
 
 from kernel_advisor.recommend.evidence import run_context
-from kernel_advisor.recommend.gain import HOST_GAPS, estimate_gain, target_peak_flops_per_s
+from kernel_advisor.recommend.gain import HOST_GAPS, estimate_gain, row_bucket, target_peak_flops_per_s
 from kernel_advisor.recommend.schema import GainSpec
 from kernel_advisor.recommend.subjects import Subject
 
@@ -36,7 +36,7 @@ def test_roofline(target, expected_s):
     # 100 − 20 = 80 µs; 100 − 40 = 60 µs; 100 − 200 < 0 → 0
     g = gain(GainSpec("roofline", target_efficiency_frac=target), op_subject())
     assert g.saving_per_step_s == pytest.approx(expected_s)
-    assert g.row_saving_per_step_s == ({"1": pytest.approx(expected_s)} if expected_s else {})
+    assert g.row_saving_per_step_s == ({row_bucket(1): pytest.approx(expected_s)} if expected_s else {})
 
 
 def test_roofline_unknown_for_unmodelled_rows():
@@ -51,7 +51,7 @@ def test_fusion_bytes_and_its_cap():
                               bandwidth_bytes_per_s=4e12)
     g = gain(GainSpec("fusion-bytes"), subject)
     assert g.saving_per_step_s == pytest.approx(5.5e-5)
-    assert g.row_saving_per_step_s == {"3": pytest.approx(5.5e-5 * 2 / 3), "4": pytest.approx(5.5e-5 / 3)}
+    assert g.row_saving_per_step_s == {row_bucket(3): pytest.approx(5.5e-5 * 2 / 3), row_bucket(4): pytest.approx(5.5e-5 / 3)}
 
 
 def test_fusion_bytes_uncapped():

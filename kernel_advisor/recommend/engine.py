@@ -15,9 +15,9 @@ from kernel_advisor import actions
 from kernel_advisor.collect.noise import within_noise
 from kernel_advisor.recommend.conditions import Check, Range, evaluate
 from kernel_advisor.recommend.evidence import CompileReport, RunContext, run_context
-from kernel_advisor.recommend.gain import (EXPOSED_COMM, HOST_GAPS, changes_roof, estimate_gain, evidence_with_gain,
-                                           gain_frac_of_step, in_step_time, profiled_to_step_factor,
-                                           without_at_roof_rows)
+from kernel_advisor.recommend.gain import (EXPOSED_COMM, HOST_GAPS, Bucket, changes_roof, estimate_gain,
+                                           evidence_with_gain, gain_frac_of_step, in_step_time, profiled_to_step_factor,
+                                           row_bucket, without_at_roof_rows)
 from kernel_advisor.recommend.gain_fit import calibrated
 from kernel_advisor.recommend.kernels import resolve_kernel, try_kernel_command
 from kernel_advisor.recommend.messages import fill_message
@@ -44,7 +44,7 @@ class Recommendation:
     message: str
     saving_per_step_s: float | None
     saving_pct: float | None
-    row_saving_per_step_s: Mapping[str, float] = field(hash=False)
+    row_saving_per_step_s: Mapping[Bucket, float] = field(hash=False)
     gain_model: str = "none"
     gain_basis: str = ""
     evidence: Mapping[str, Any] = field(default_factory=dict, hash=False)
@@ -133,14 +133,14 @@ def step_factor(ctx: RunContext) -> float:
     return profiled_to_step_factor(ctx.step_s, max(ctx.device_time_per_step_s, ctx.device_busy_per_step_s))
 
 
-def _efficiency_by_row(ops: pd.DataFrame) -> dict[str, float]:
+def _efficiency_by_row(ops: pd.DataFrame) -> dict[Bucket, float]:
     """Each op row's share of its roofline; host-bound rows are left out: what a fix saves there is
     host time, which the device roofline does not bound."""
     if "efficiency_frac" not in ops or "row_id" not in ops:
         return {}
     eff = pd.to_numeric(ops["efficiency_frac"], errors="coerce")
     verdict = ops["verdict"] if "verdict" in ops else pd.Series("", index=ops.index)
-    return {str(int(r)): float(e) for r, e, v in zip(ops["row_id"], eff, verdict)
+    return {row_bucket(r): float(e) for r, e, v in zip(ops["row_id"], eff, verdict)
             if pd.notna(e) and v != "host-bound"}
 
 
@@ -203,7 +203,7 @@ def _is_blocker(rule: Rule) -> bool:
 def _finding(recs: list[Recommendation], ctx: RunContext) -> Finding:
     recs = sorted(recs, key=lambda r: (-(r.saving_per_step_s or 0.0), r.subject))
     known = [r for r in recs if r.saving_per_step_s is not None]
-    rows: dict[str, float] = {}
+    rows: dict[Bucket, float] = {}
     for r in known:
         for row, s in r.row_saving_per_step_s.items():
             rows[row] = max(rows.get(row, 0.0), s)
@@ -266,13 +266,13 @@ def rank_findings(recs: Iterable[Recommendation], rules: Sequence[Rule], ctx: Ru
     return [replace(f, rank=i + 1) for i, f in enumerate(rest)]
 
 
-def union_saving(recs: Iterable[Recommendation], subjects: Subjects, factor: float = 1.0) -> dict[str, float]:
+def union_saving(recs: Iterable[Recommendation], subjects: Subjects, factor: float = 1.0) -> dict[Bucket, float]:
     """Per row, the largest saving any recommendation claims, capped at the row's own time
     (scaled by `factor` to the unprofiled step, as the savings are: engine.step_factor)."""
-    caps = {str(r): t * factor for r, t in subjects.run.row_time_per_step_s.items()}
+    caps = {row_bucket(r): t * factor for r, t in subjects.run.row_time_per_step_s.items()}
     caps[HOST_GAPS] = subjects.run.evidence.get("host_gap_per_step_s") or 0.0
     caps[EXPOSED_COMM] = subjects.run.evidence.get("exposed_comm_s") or 0.0
-    best: dict[str, float] = {}
+    best: dict[Bucket, float] = {}
     for rec in recs:
         for row, s in rec.row_saving_per_step_s.items():
             best[row] = min(max(best.get(row, 0.0), s), caps.get(row, s))

@@ -22,14 +22,42 @@ from kernel_advisor.recommend.subjects import Subject
 from reference_kernels.routes import host_bound
 
 MEASURED_KERNEL = "measured-kernel"  # a kernel rung's saving from the kernel's own sweep
-HOST_GAPS = "host-gaps"  # pseudo-row: device idle time between kernels, what CUDA graphs remove
-EXPOSED_COMM = "exposed-comm"  # pseudo-row: communication no compute hides (distributed runs)
+
+
+@dataclass(frozen=True, order=True)
+class Bucket:
+    """A slice of the step a saving comes out of: one op row's time, the device's idle gaps
+    between kernels, or communication no compute hides. The Amdahl union caps each at its time."""
+
+    kind: str  # "row", "host-gaps" or "exposed-comm"
+    row_id: int = -1  # the op row, for kind "row"
+
+    @property
+    def is_row(self) -> bool:
+        return self.kind == "row"
+
+    def key(self) -> str:
+        """Its key in recommendations.json's row_gain_per_step_s: the row id, or the bucket's name."""
+        return str(self.row_id) if self.is_row else self.kind
+
+
+def row_bucket(row_id: int) -> Bucket:
+    return Bucket("row", int(row_id))
+
+
+def bucket_keys(savings: Mapping[Bucket, float]) -> dict[str, float]:
+    """Savings keyed as recommendations.json keys them (Bucket.key), in their order."""
+    return {b.key(): s for b, s in savings.items()}
+
+
+HOST_GAPS = Bucket("host-gaps")  # device idle time between kernels, what CUDA graphs remove
+EXPOSED_COMM = Bucket("exposed-comm")  # communication no compute hides (distributed runs)
 
 
 @dataclass(frozen=True)
 class GainEstimate:
     saving_per_step_s: float | None  # None: this run lacks what the model needs
-    row_saving_per_step_s: Mapping[str, float]
+    row_saving_per_step_s: Mapping[Bucket, float]
     basis: str
     measured: bool = False  # read off measurements of the fix itself: no fitted scale applies
 
@@ -39,12 +67,12 @@ def _unknown(why: str) -> GainEstimate:
 
 
 
-def _apportion(subject: Subject, saving_s: float) -> dict[str, float]:
+def _apportion(subject: Subject, saving_s: float) -> dict[Bucket, float]:
     """Split a saving over the rows a subject touches, in proportion to their time."""
     total = sum(subject.row_time_per_step_s.values())
     if total <= 0 or saving_s <= 0:
         return {}
-    return {str(r): saving_s * t / total for r, t in subject.row_time_per_step_s.items() if t > 0}
+    return {row_bucket(r): saving_s * t / total for r, t in subject.row_time_per_step_s.items() if t > 0}
 
 
 def _none(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame) -> GainEstimate:
@@ -55,7 +83,7 @@ def _roofline(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFra
     target = spec.target_efficiency_frac
     rooflines = (dict(zip(ops["row_id"].astype(int), ops["roofline_per_call_s"]))
                  if "roofline_per_call_s" in ops else {})
-    rows: dict[str, float] = {}
+    rows: dict[Bucket, float] = {}
     floor_total = 0.0
     for row_id, time_s in subject.row_time_per_step_s.items():
         roof = rooflines.get(row_id)
@@ -65,7 +93,7 @@ def _roofline(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFra
         floor_s = subject.row_calls_per_step[row_id] * float(roof) / target
         floor_total += floor_s
         if time_s > floor_s:
-            rows[str(row_id)] = time_s - floor_s
+            rows[row_bucket(row_id)] = time_s - floor_s
     saving = sum(rows.values())
     spent = sum(subject.row_time_per_step_s.values())
     return GainEstimate(saving, rows, f"{ms_text(spent)} measured − {ms_text(floor_total)} at "
@@ -157,7 +185,7 @@ def _precision(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFr
     basis = (f"roofline {old_roof_s * 1e6:.3g} → {new_roof_s * 1e6:.3g} µs per call "
              f"({ev.get('compute_path')} {ev['peak_flops_per_s'] / 1e12:.3g} → {path} {peak_new / 1e12:.3g} TFLOP/s), "
              "same efficiency")
-    return GainEstimate(saving, {str(ev["row_id"]): saving} if saving > 0 else {}, basis)
+    return GainEstimate(saving, {row_bucket(ev["row_id"]): saving} if saving > 0 else {}, basis)
 
 
 def _tf32(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.DataFrame) -> GainEstimate:
@@ -194,7 +222,7 @@ def _measured_backend(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd
         if r is None:
             return _unknown(f"no measured {target} against {current} attention on {ctx.device_name} ({dtype} {pass_}): "
                             "benchmarks/bench_sdpa_backends.py measures the table")
-        rows[str(row_id)] = max(time_s * (1.0 - r.ratio), 0.0)
+        rows[row_bucket(row_id)] = max(time_s * (1.0 - r.ratio), 0.0)
         whys.append(kernel_gain.describe(r, current, target, ctx.device_name, dtype, pass_))
     return GainEstimate(sum(rows.values()), {k: v for k, v in rows.items() if v > 0},
                         "; ".join(dict.fromkeys(whys)), measured=True)
@@ -221,7 +249,7 @@ def _measured_kernel(spec: GainSpec, subject: Subject, ctx: RunContext, ops: pd.
             roof = _roofline(spec, subject, ctx, ops)
             why = f"the sweep did not measure {kernel_id} here" if kernel_id else "no kernel"
             return GainEstimate(roof.saving_per_step_s, roof.row_saving_per_step_s, f"{roof.basis} ({why})")
-        savings[str(row_id)] = got[0]
+        savings[row_bucket(row_id)] = got[0]
         whys.append(got[1])
     return GainEstimate(sum(savings.values()), {r: v for r, v in savings.items() if v > 0},
                         f"{kernel_id} measured (benchmarks/data/kernels.csv): {'; '.join(whys)}",
@@ -255,14 +283,14 @@ def changes_roof(gain_model: str, action: str) -> bool:
     return gain_model in ROOF_CHANGING_MODELS or action in ROOF_CHANGING_ACTIONS
 
 
-def without_at_roof_rows(gain: GainEstimate, efficiency_frac_by_row: Mapping[str, float]) -> GainEstimate:
+def without_at_roof_rows(gain: GainEstimate, efficiency_frac_by_row: Mapping[Bucket, float]) -> GainEstimate:
     """`gain` less its savings on ops already at >= AT_ROOF_FRAC of their roofline; the basis names each figure."""
     at_roof = {row: eff for row, eff in efficiency_frac_by_row.items()
                if row in gain.row_saving_per_step_s and math.isfinite(eff) and eff >= AT_ROOF_FRAC}
     if not at_roof or gain.saving_per_step_s is None:
         return gain
     rows = {r: s for r, s in gain.row_saving_per_step_s.items() if r not in at_roof}
-    figures = ", ".join(f"row {r} at {eff:.0%}" for r, eff in sorted(at_roof.items()))
+    figures = ", ".join(f"row {r.row_id} at {eff:.0%}" for r, eff in sorted(at_roof.items()))
     return GainEstimate(sum(rows.values()), rows,
                         f"{gain.basis}; leave it: {figures} of its roofline (>= {AT_ROOF_FRAC:.0%}) saves nothing",
                         gain.measured)
@@ -284,7 +312,7 @@ def in_step_time(gain: GainEstimate, factor: float) -> GainEstimate:
     """Op-row savings scaled by `factor` (profiled_to_step_factor); host gaps and communication already are."""
     if factor == 1.0 or gain.saving_per_step_s is None:
         return gain
-    rows = {r: (s if r in (HOST_GAPS, EXPOSED_COMM) else s * factor) for r, s in gain.row_saving_per_step_s.items()}
+    rows = {r: (s * factor if r.is_row else s) for r, s in gain.row_saving_per_step_s.items()}
     unattributed = gain.saving_per_step_s - sum(gain.row_saving_per_step_s.values())
     return GainEstimate(sum(rows.values()) + unattributed * factor, rows,
                         f"{gain.basis}; × {factor:.2f} profiled → unprofiled step time", gain.measured)

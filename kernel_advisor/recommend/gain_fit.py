@@ -127,7 +127,6 @@ def finite_or_zero(x) -> float:
 # fit came from; docs/benchmarks.md shows predicted against measured before and after.
 
 CALIBRATION_FILE = Path(__file__).resolve().parents[1] / "data" / "gain_calibration.yaml"
-PSEUDO_ROW_PREFIX = ("host-gaps", "exposed-comm")  # savings not bounded by one op's time
 ENV = "ADVISOR_GAIN_CALIBRATION"  # "off": the gain model's own estimates; a path: another fit
 CALIBRATION_VERSION = 2
 # Provenance keys are optional: a fit of one's own ($ADVISOR_GAIN_CALIBRATION) may omit them.
@@ -173,10 +172,10 @@ def calibrated(gain: GainEstimate, action: str, device_type: str, row_time_per_s
     rows = {}
     for row, saving in gain.row_saving_per_step_s.items():
         scaled = saving * fit.scale
-        if not row.startswith(PSEUDO_ROW_PREFIX):
+        if row.is_row:  # host gaps and exposed communication are not one op's time
             # NB: a fix cannot save more of an op than the op takes; the rest of a measured gain
             # (a whole-model compile, say) is what the plan's measurement is for.
-            scaled = min(scaled, row_time_per_step_s.get(int(row), scaled))
+            scaled = min(scaled, row_time_per_step_s.get(row.row_id, scaled))
         rows[row] = scaled
     basis = f"{gain.basis}; × {fit.scale:.2f} fitted to {fit.n} measurements of {action_family(action)}"
     return GainEstimate(sum(rows.values()), rows, basis)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from kernel_advisor.recommend.conditions import Check
 from kernel_advisor.recommend.engine import Engine, Recommendation
-from kernel_advisor.recommend.gain import HOST_GAPS
+from kernel_advisor.recommend.gain import HOST_GAPS, row_bucket
 from kernel_advisor.recommend.messages import ms_text
 from kernel_advisor.recommend.schema import LADDER, Rule
 from kernel_advisor.recommend.subjects import Subject
@@ -46,11 +46,11 @@ class Hotspot:
 
 
 def _row_gain(rec: Recommendation, row_id: int) -> float:
-    return rec.row_saving_per_step_s.get(str(row_id), 0.0)
+    return rec.row_saving_per_step_s.get(row_bucket(row_id), 0.0)
 
 
 def _touches(rec: Recommendation, row_id: int) -> bool:
-    return (rec.scope == "op" and row_id in rec.subject_rows) or str(row_id) in rec.row_saving_per_step_s
+    return (rec.scope == "op" and row_id in rec.subject_rows) or row_bucket(row_id) in rec.row_saving_per_step_s
 
 
 def _failing(checks: Sequence[Check]) -> list[Check]:

@@ -10,7 +10,7 @@ from kernel_advisor.actions import fixed_by
 from kernel_advisor.recommend.engine import (Finding, Recommendation, build_engine, rank_findings, run_rules,
                                              step_factor, union_saving)
 from kernel_advisor.recommend.evidence import CompileReport, RunContext
-from kernel_advisor.recommend.gain import gain_frac_of_step
+from kernel_advisor.recommend.gain import Bucket, bucket_keys, gain_frac_of_step
 from kernel_advisor.recommend.hotspots import Hotspot, hotspots
 from kernel_advisor.recommend.schema import Rule
 from kernel_advisor.records.base import strict
@@ -24,7 +24,7 @@ class Report:
     findings: tuple[Finding, ...]  # ranked
     suppressed: tuple[Recommendation, ...]
     hotspots: tuple[Hotspot, ...]
-    row_saving_per_step_s: Mapping[str, float]  # the Amdahl union: per row, the largest claim
+    row_saving_per_step_s: Mapping[Bucket, float]  # the Amdahl union: per row, the largest claim
     total_saving_per_step_s: float
     total_saving_pct: float | None
     rule_sources: tuple[str, ...]
@@ -50,7 +50,7 @@ def recommend(ops: pd.DataFrame, sequence: pd.DataFrame, meta: Mapping[str, Any]
         run_meta=dict(meta))
 
 
-def action_row_saving_per_step_s(report: Report, action: str) -> dict[str, float]:
+def action_row_saving_per_step_s(report: Report, action: str) -> dict[Bucket, float]:
     """Per row, the largest saving claimed by a recommendation that `action` carries out.
 
     Recommendations a cheaper rung covers count too: applying compile fuses a chain inside an
@@ -59,7 +59,7 @@ def action_row_saving_per_step_s(report: Report, action: str) -> dict[str, float
     names = fixed_by(action)
     standing = (r for f in report.findings for r in f.recommendations)
     covered = (r for r in report.suppressed if "covered_by" in r.evidence)
-    best: dict[str, float] = {}
+    best: dict[Bucket, float] = {}
     for rec in (*standing, *covered):
         if rec.action in names:
             for row, s in rec.row_saving_per_step_s.items():
@@ -154,7 +154,7 @@ def _rec_dict(rec: Recommendation, rank: int) -> dict[str, Any]:
         "rank": rank, "rule_id": rec.rule_id, "tier": rec.tier, "title": rec.title, "scope": rec.scope,
         "subject": rec.subject, "label": rec.label, "row_ids": _row_ids(rec), "message": rec.message,
         "estimated_gain_per_step_s": rec.saving_per_step_s, "estimated_gain_frac": _frac(rec.saving_pct),
-        "row_gain_per_step_s": dict(rec.row_saving_per_step_s),
+        "row_gain_per_step_s": bucket_keys(rec.row_saving_per_step_s),
         "gain_model": rec.gain_model, "gain_basis": rec.gain_basis,
         "thresholds": [{"key": c.key, "expected": c.expected, "actual": c.actual, "ok": c.ok} for c in rec.checks],
         "evidence": evidence, "kernel_id": rec.kernel_id, "command": rec.command,
@@ -198,7 +198,7 @@ def recommendations_json(report: Report, run_dir: str | None = None) -> dict[str
         "step_s": ctx.step_s, "step_basis": ctx.step_basis, "step_noise_s": ctx.step_noise_s,
         "total_estimated_gain_per_step_s": report.total_saving_per_step_s,
         "total_estimated_gain_frac": _frac(report.total_saving_pct),
-        "row_gain_per_step_s": dict(report.row_saving_per_step_s),
+        "row_gain_per_step_s": bucket_keys(report.row_saving_per_step_s),
         # Optional for readers: the fitted whole-model gain per action, {value, low, high} (gain_fit.py).
         "action_predictions": action_predictions(report),
         "findings": [_finding_dict(f) for f in report.findings],
