@@ -119,12 +119,13 @@ def synchronized_s(step: Callable[[], object], device: torch.device) -> float:
 
 
 def interleaved_windows_s(variants: Sequence[TimedStep], windows: int, steps: int, warmup: int,
-                          device: torch.device, regime: str = BACK_TO_BACK,
-                          deadline_s: float = math.inf) -> dict[str, list[float]]:
+                          device: torch.device, regime: str = BACK_TO_BACK, deadline_s: float = math.inf,
+                          past_deadline: Callable[[float], bool] | None = None) -> dict[str, list[float]]:
     """Per variant, one step time per window (`steps` steps back to back, or one synchronized
     step when `regime` is synchronized), `windows` rounds with every variant once per round.
 
     Stops after the round in which `deadline_s` (time.monotonic) passed; at least one round runs.
+    `past_deadline(deadline_s)` decides that instead where ranks must agree (distributed lockstep).
     """
     per_window = steps if regime == BACK_TO_BACK else 1
     warm_up(variants, warmup)
@@ -133,9 +134,13 @@ def interleaved_windows_s(variants: Sequence[TimedStep], windows: int, steps: in
         for v in rotated(variants, r):
             with v.activate(), nvtx_range(f"advisor/{regime}/{v.name}"):
                 times[v.name].append(window_s(v.step, per_window, device))
-        if time.monotonic() > deadline_s:
+        if (past_deadline or _past)(deadline_s):
             break
     return times
+
+
+def _past(deadline_s: float) -> bool:
+    return time.monotonic() > deadline_s
 
 
 def warm_up(variants: Sequence[TimedStep], steps: int) -> None:

@@ -27,9 +27,8 @@ import torch.distributed as dist
 from kernel_advisor.actions import NotApplicable, NotMeasurable, Variant, get_action
 from kernel_advisor.actions.data_parallel import WRAPPER
 from kernel_advisor.collect.loader import LoadedModel, load_model
-from kernel_advisor.collect.loop_timing import (TimedStep, autorange_steps, max_over_ranks, median_ci, regime_label,
-                                                rotated, speedup_ci, verdict, warm_up, window_s)
-from kernel_advisor.collect.nvtx_ranges import nvtx_range
+from kernel_advisor.collect.loop_timing import (TimedStep, autorange_steps, interleaved_windows_s, max_over_ranks,
+                                                median_ci, regime_label, speedup_ci, verdict)
 from kernel_advisor.collect.rundir import write_json_atomic
 from kernel_advisor.collect.runner import timed_loop
 from kernel_advisor.distributed.worker import RankEnv, rank_device, run_rank
@@ -223,14 +222,8 @@ def lockstep_windows_s(variants: Sequence[TimedStep], windows: int, steps: int, 
                        device: torch.device, deadline: float = math.inf) -> dict[str, list[float]]:
     """Per variant, the job's step time per window: `windows` rounds, or fewer once rank 0's
     time.monotonic() passed `deadline` (at least one round runs)."""
-    warm_up(variants, warmup)
-    mine: dict[str, list[float]] = {v.name: [] for v in variants}
-    for r in range(windows):
-        for v in rotated(variants, r):
-            with v.activate(), nvtx_range(f"advisor/back-to-back/{v.name}"):
-                mine[v.name].append(window_s(v.step, steps, device))
-        if not rank0_says(time.monotonic() <= deadline, device):
-            break
+    mine = interleaved_windows_s(variants, windows, steps, warmup, device, deadline_s=deadline,
+                                 past_deadline=lambda d: not rank0_says(time.monotonic() <= d, device))
     return {name: slowest_rank(times, device) for name, times in mine.items()}
 
 
