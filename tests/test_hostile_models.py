@@ -150,6 +150,7 @@ def test_a_symlink_without_py_to_a_model_file_loads_as_source(home, tmp_path):
     link = tmp_path / "linked.py"
     link.symlink_to(source)
     profiled(link, "--out", tmp_path / "run")
+    assert (tmp_path / "run" / "run.json").is_file() and (tmp_path / "run" / "ops.csv").stat().st_size > 0
 
 
 @pytest.mark.parametrize("kind", ["dev-zero", "fifo"])
@@ -218,6 +219,7 @@ def test_defaultdict_inputs_keep_their_class(home, tmp_path):
 
 def test_a_sparse_output_is_profiled(home, tmp_path):
     profiled(forward_model(tmp_path, "sparse.py", "return (x * 2).to_sparse()"), "--out", tmp_path / "run")
+    assert "aten::mul" in (tmp_path / "run" / "ops.csv").read_text()
 
 
 def test_a_meta_output_is_one_line(home, tmp_path):
